@@ -1,0 +1,122 @@
+"""Collectives over a group of accelerators that spans several network tiers.
+
+A parallel group is described by its dimensions, each a ``(size, stride)`` pair in the
+linear rank order that the placement defines (a tensor-parallel group with tp innermost is
+``[(tp, 1)]``; a data-parallel group outside tp and cp is ``[(dp, tp*cp)]``).  Inside one
+instance of tier ``t`` (``domain`` accelerators, aligned to the rank order) a dimension of
+stride ``s`` has ``clamp(domain / s, 1, size)`` members, so the group has
+
+    m_t = prod_d clamp(D_t / s_d, 1, g_d)          (m_{-1} = 1, m_T = G)
+
+members per tier-t domain, and tier ``t`` joins ``r_t = m_t / m_{t-1}`` sub-groups.
+
+Hierarchical algorithms (Thakur, Rabenseifner & Gropp 2005, "Optimization of Collective
+Communication Operations in MPICH", IJHPCA 19(1); the two-level scheme of NCCL's
+hierarchical all-reduce and of Jia et al. 2018, arXiv:1807.11205): a reduce-scatter runs
+a ring inside each tier from the innermost out, shrinking the data by ``r_t`` at each
+level; an all-gather is its mirror image.  With the latency-bandwidth (alpha-beta) model of
+Hockney (1994), tier ``t`` costs
+
+    RS_t = AG_t = (r_t - 1) * alpha_t + (r_t - 1) / r_t * (S / m_{t-1}) / beta_t
+
+for a buffer of ``S`` bytes (the full, unsharded size), where ``beta_t`` is the effective
+per-accelerator bandwidth ``bandwidth * efficiency / oversubscription``.  An all-reduce is
+a reduce-scatter followed by an all-gather (Patarasuk & Yuan 2009, bandwidth-optimal
+``2 (p-1)/p S / beta``).  An all-to-all sends ``S (m_t - m_{t-1}) / G`` bytes of each rank's
+``S`` over tier ``t`` (destinations first reached at that tier), posting all peers at once
+(one ``alpha_t`` per tier).  A point-to-point transfer between neighbours of a pipeline
+crosses the outermost tier that any neighbour pair crosses.
+
+All functions take a :class:`~codesign.smoothing.Smoothing`; the clamps go through it so
+that the relaxed model shares this code.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from codesign.smoothing import Smoothing, safe_div
+from codesign.specs import System
+
+__all__ = [
+    "members_per_tier",
+    "tier_bandwidth_bytes_per_s",
+    "reduce_scatter_time",
+    "all_gather_time",
+    "all_reduce_time",
+    "all_to_all_time",
+    "p2p_time",
+]
+
+
+def tier_bandwidth_bytes_per_s(system: System) -> list:
+    """Effective bandwidth of each tier, bytes/s per accelerator per direction."""
+    return [t.bandwidth_gbps * 1e9 * t.efficiency / t.oversubscription for t in system.tiers]
+
+
+def members_per_tier(group, system: System, sm: Smoothing) -> list:
+    """``m_t`` for each tier, innermost first (see module docstring).
+
+    Args:
+        group: sequence of ``(size, stride)`` pairs.
+    """
+    out = []
+    for tier in system.tiers:
+        m = 1.0
+        for size, stride in group:
+            m = m * sm.clamp(safe_div(tier.domain, stride, 1.0), 1.0, jnp.maximum(size, 1.0))
+        out.append(m)
+    return out
+
+
+def _fans(group, system: System, sm: Smoothing):
+    m = members_per_tier(group, system, sm)
+    prev = [1.0] + m[:-1]
+    # m_t >= m_{t-1} holds for nested domains; max() keeps r_t >= 1 under smoothing noise.
+    r = [jnp.maximum(safe_div(mt, mp, 1.0), 1.0) for mt, mp in zip(m, prev, strict=True)]
+    return m, prev, r
+
+
+def reduce_scatter_time(size_bytes, group, system: System, sm: Smoothing):
+    """Hierarchical ring reduce-scatter of a ``size_bytes`` buffer, seconds."""
+    _, prev, r = _fans(group, system, sm)
+    bw = tier_bandwidth_bytes_per_s(system)
+    total = 0.0
+    for t, tier in enumerate(system.tiers):
+        total = total + (r[t] - 1.0) * tier.latency_us * 1e-6
+        total = total + (r[t] - 1.0) / r[t] * safe_div(size_bytes, prev[t]) / bw[t]
+    return total
+
+
+def all_gather_time(size_bytes, group, system: System, sm: Smoothing):
+    """Hierarchical ring all-gather producing a ``size_bytes`` buffer, seconds."""
+    return reduce_scatter_time(size_bytes, group, system, sm)
+
+
+def all_reduce_time(size_bytes, group, system: System, sm: Smoothing):
+    """All-reduce as reduce-scatter + all-gather (Patarasuk & Yuan 2009), seconds."""
+    return 2.0 * reduce_scatter_time(size_bytes, group, system, sm)
+
+
+def all_to_all_time(size_bytes, group, system: System, sm: Smoothing):
+    """All-to-all where each rank holds ``size_bytes`` spread evenly over the group."""
+    m, prev, r = _fans(group, system, sm)
+    g = m[-1]
+    bw = tier_bandwidth_bytes_per_s(system)
+    total = 0.0
+    for t, tier in enumerate(system.tiers):
+        share = safe_div(m[t] - prev[t], g)
+        total = total + sm.step(r[t] - 1.0) * tier.latency_us * 1e-6
+        total = total + size_bytes * share / bw[t]
+    return total
+
+
+def p2p_time(size_bytes, group, system: System, sm: Smoothing):
+    """Send ``size_bytes`` to the next rank of a (pipeline) group: the slowest tier crossed."""
+    _, _, r = _fans(group, system, sm)
+    bw = tier_bandwidth_bytes_per_s(system)
+    per_tier = [
+        sm.step(r[t] - 1.0) * (tier.latency_us * 1e-6 + size_bytes / bw[t])
+        for t, tier in enumerate(system.tiers)
+    ]
+    return sm.max(*per_tier)

@@ -1,0 +1,127 @@
+"""Hard or smooth versions of the few non-smooth operations of the step model.
+
+The exact model and the relaxed (differentiable) model share one code path: every max,
+min, ceil, clamp and indicator in the formulas goes through a :class:`Smoothing` value.
+``Smoothing()`` (``exact=True``) is the exact model.  ``Smoothing(exact=False, tau=t)``
+replaces
+
+* ``max``/``min`` by the scale-free p-norm smooth maximum with ``p = 1/tau``
+  (``m * (sum (x_i/m)^p)^(1/p)`` with ``m = stop_gradient(max x)``), which never
+  underestimates the hard max and overestimates it by at most a factor ``n**tau``;
+* ``relu`` (exposed time after overlap) by the softplus ``tau_s*log(1+exp(x/tau_s))``
+  with a temperature ``tau_s = tau * scale`` in the units of ``x``;
+* ``ceil`` by the straight-through estimator (exact forward value, unit gradient);
+* ``step`` (an indicator ``x > 0`` on integer-valued ``x``) by ``clip(x, 0, 1)``, which is
+  exact at integers and linear in between.
+
+As ``tau -> 0`` every smooth operation converges to its hard counterpart, which is what the
+relaxed-to-exact convergence tests check.  ``tau`` is a dynamic leaf (annealing it does not
+recompile); ``exact`` is static (it selects code).
+
+References: Boyd & Vandenberghe, *Convex Optimization* (2004), 3.1.5 (p-norms and
+log-sum-exp as smooth maxima); Bengio, Leonard & Courville, arXiv:1308.3432 (2013),
+straight-through estimators.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from codesign._pytree import pytree_dataclass, static_field
+
+__all__ = ["Smoothing", "EXACT", "safe_div", "safe_log"]
+
+
+def safe_div(num, den, fallback=0.0):
+    """``num / den`` where ``den > 0``, else ``fallback``, with finite gradients (double where)."""
+    ok = den > 0
+    safe_den = jnp.where(ok, den, 1.0)
+    return jnp.where(ok, num / safe_den, fallback)
+
+
+def safe_log(x, fallback=0.0):
+    """``log(x)`` where ``x > 0``, else ``fallback``, with finite gradients (double where)."""
+    ok = x > 0
+    return jnp.where(ok, jnp.log(jnp.where(ok, x, 1.0)), fallback)
+
+
+@pytree_dataclass
+class Smoothing:
+    """How hard the max, min, ceil and indicator operations of the model are.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from codesign.smoothing import Smoothing
+        >>> float(Smoothing().max(jnp.array(1.0), jnp.array(3.0)))
+        3.0
+        >>> soft = Smoothing(exact=False, tau=0.05)
+        >>> 3.0 <= float(soft.max(jnp.array(1.0), jnp.array(3.0))) < 3.01
+        True
+    """
+
+    tau: float = 0.0
+    """Temperature (dimensionless).  Ignored when ``exact``."""
+    exact: bool = static_field(default=True)
+    """True selects the exact (hard) model; False the relaxed one."""
+
+    # -- maxima --------------------------------------------------------------------------
+    def max(self, *xs):
+        """Maximum of arrays broadcast together (smooth p-norm when relaxed; inputs >= 0)."""
+        x = jnp.stack(jnp.broadcast_arrays(*xs))
+        return self.max_reduce(x, axis=0)
+
+    def max_reduce(self, x, axis=0):
+        """Maximum along ``axis`` (smooth p-norm when relaxed; inputs must be >= 0)."""
+        hard = jnp.max(x, axis=axis)
+        if self.exact:
+            return hard
+        p = 1.0 / jnp.maximum(self.tau, 1e-6)
+        m = jax.lax.stop_gradient(hard)
+        safe_m = jnp.where(m > 0, m, 1.0)
+        r = jnp.expand_dims(safe_m, axis)
+        ratio = jnp.clip(x / r, 0.0, 1.0)
+        # sum (x/m)^p >= 1 because the largest ratio is 1, so its log is safe.
+        s = jnp.sum(jnp.where(ratio > 0, jnp.exp(p * safe_log(ratio, -1e30)), 0.0), axis=axis)
+        out = safe_m * jnp.exp(safe_log(s) / p)
+        return jnp.where(m > 0, out, hard)
+
+    def min(self, *xs):
+        """Minimum of positive arrays (smooth as ``1/max(1/x)`` when relaxed)."""
+        if self.exact:
+            return jnp.min(jnp.stack(jnp.broadcast_arrays(*xs)), axis=0)
+        inv = [safe_div(1.0, x, 0.0) for x in jnp.broadcast_arrays(*xs)]
+        return safe_div(1.0, self.max(*inv), 0.0)
+
+    def clamp(self, x, lo, hi):
+        """``min(max(x, lo), hi)`` for positive ``lo <= hi``."""
+        return self.min(self.max(x, lo), hi)
+
+    def relu(self, x, scale=1.0):
+        """``max(x, 0)``; relaxed: softplus with temperature ``tau * scale`` (units of x)."""
+        if self.exact:
+            return jnp.maximum(x, 0.0)
+        t = jnp.maximum(self.tau * scale, 1e-30)
+        return t * jax.nn.softplus(x / t)
+
+    # -- integer operations --------------------------------------------------------------
+    def ceil(self, x):
+        """``ceil(x)``; relaxed: straight-through (exact value, gradient 1)."""
+        if self.exact:
+            return jnp.ceil(x)
+        return x + jax.lax.stop_gradient(jnp.ceil(x) - x)
+
+    def step(self, x):
+        """Indicator ``x > 0`` for integer-valued ``x >= 0``; exact at integers either way."""
+        if self.exact:
+            return (x > 0.5).astype(jnp.result_type(x, float))
+        return jnp.clip(x, 0.0, 1.0)
+
+    def before(self, a, b):
+        """Soft indicator ``a < b`` for placement ranks (exact: hard comparison)."""
+        if self.exact:
+            return (a < b).astype(jnp.result_type(a, b, float))
+        return jax.nn.sigmoid((b - a) / jnp.maximum(self.tau, 1e-6))
+
+
+EXACT = Smoothing()

@@ -1,0 +1,435 @@
+"""Specifications: model, training, accelerator, network tiers, system, strategy, efficiency.
+
+Every number is a dynamic float leaf (counts too: 7e10 parameters overflows int32), so
+``jax.jit`` compiles once, ``jax.vmap`` sweeps any field and ``jax.grad`` differentiates any
+field.  Only what changes the traced program is static (the precision, the pipeline
+schedule is implied by ``interleave``).  Units are in the names: ``_gb`` (1e9 bytes),
+``_gbps`` (GB/s per accelerator per direction), ``_tbps`` (TB/s), ``_us``, ``_w``, ``_usd``.
+
+Discrete choices that the relaxed model treats softly (recompute, ZeRO stage, placement) are
+stored as dynamic arrays: ``recompute`` and ``zero`` as one-hot weight vectors over their
+options and ``placement`` as a rank per parallel dimension.  The constructors
+:func:`make_strategy` and friends take the readable forms (``"selective"``, ``1``,
+``["tp", "cp", "ep", "dp", "pp"]``) and check them, raising :class:`SpecError` with the
+field, the value and what is allowed, before any tracing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from codesign._pytree import pytree_dataclass, static_field
+
+__all__ = [
+    "SpecError",
+    "Model",
+    "Training",
+    "Accelerator",
+    "Tier",
+    "System",
+    "Strategy",
+    "Efficiency",
+    "RECOMPUTE_MODES",
+    "ZERO_STAGES",
+    "PARALLEL_DIMS",
+    "PRECISIONS",
+    "make_strategy",
+    "check_model",
+    "check_system",
+    "check_strategy",
+    "check_all",
+]
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+ZERO_STAGES = (0, 1, 2, 3)
+PARALLEL_DIMS = ("tp", "cp", "ep", "dp", "pp")
+PRECISIONS = ("bf16", "fp16", "fp8")
+DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
+
+
+class SpecError(ValueError):
+    """Invalid input: names the field, the value and what is allowed."""
+
+    def __init__(self, field: str, value, allowed: str):
+        self.field, self.value, self.allowed = field, value, allowed
+        super().__init__(f"{field} = {value!r} is invalid: {allowed}")
+
+
+@pytree_dataclass
+class Model:
+    """A decoder-only transformer (GPT, Llama, Mixtral, DeepSeek-style MoE).
+
+    Dense layers follow Vaswani et al. 2017 with pre-LayerNorm; attention may use grouped
+    query attention (Ainslie et al. 2023, ``kv_heads < heads``); the MLP may be gated
+    (SwiGLU, Shazeer 2020: three ``hidden x ffn_hidden`` matrices instead of two).
+    ``moe_layers`` of the ``layers`` replace their MLP by ``moe_experts`` experts of width
+    ``moe_ffn_hidden`` with top-``moe_top_k`` routing plus ``moe_shared_experts`` always-on
+    experts (Fedus et al. 2021; Dai et al. 2024).
+    """
+
+    layers: float
+    hidden: float
+    heads: float
+    kv_heads: float
+    ffn_hidden: float
+    vocab: float
+    seq_len: float
+    head_dim: float = 0.0
+    """Per-head dimension; 0 means ``hidden / heads``."""
+    gated_mlp: float = 0.0
+    """1 for a gated MLP (SwiGLU), 0 for a plain two-matrix MLP (GeLU)."""
+    tied_embeddings: float = 0.0
+    """1 when the output layer shares the input embedding matrix."""
+    dropout: float = 0.0
+    """1 when dropout masks are stored (Megatron GPT), 0 for dropout-free training (Llama)."""
+    moe_experts: float = 0.0
+    moe_top_k: float = 0.0
+    moe_ffn_hidden: float = 0.0
+    moe_shared_experts: float = 0.0
+    moe_layers: float = 0.0
+    """How many of the layers are MoE layers (0 for a dense model)."""
+
+
+@pytree_dataclass
+class Training:
+    """What one step trains on, and for how long.
+
+    ``global_batch`` is in sequences per step.  ``tokens`` (0 when not given) is the total
+    number of training tokens, used for time and cost to train.
+    """
+
+    global_batch: float
+    tokens: float = 0.0
+    grad_reduce_bytes: float = 4.0
+    """Bytes per gradient element in the data-parallel reduction (Megatron: fp32 main grads)."""
+    precision: str = static_field(default="bf16")
+    """GEMM precision: ``bf16``/``fp16`` (half-precision peak) or ``fp8`` (FP8 peak)."""
+
+
+@pytree_dataclass
+class Accelerator:
+    """One accelerator: dense peak FLOP/s, HBM, power and price."""
+
+    peak_tflops: float
+    """Dense BF16/FP16 tensor-core peak, TFLOP/s."""
+    peak_tflops_fp8: float
+    """Dense FP8 peak, TFLOP/s (0 when FP8 is unsupported)."""
+    hbm_gb: float
+    hbm_tbps: float
+    power_w: float
+    price_usd: float
+
+
+@pytree_dataclass
+class Tier:
+    """One network tier, innermost first (scale-up, scale-out, scale-across).
+
+    ``domain`` is how many accelerators can reach each other inside one instance of this
+    tier (8 for an HGX NVLink domain, 72 for NVL72, the cluster size for a non-blocking
+    fat tree).  ``bandwidth_gbps`` is GB/s per accelerator per direction, derated by
+    ``oversubscription`` (>= 1, the taper of the fabric) for traffic leaving the inner tier.
+    ``price_per_gbps_usd`` is the capital cost of one GB/s of this tier per accelerator
+    (NICs, optics, switches and cables, amortized per accelerator).
+    """
+
+    domain: float
+    bandwidth_gbps: float
+    latency_us: float
+    oversubscription: float = 1.0
+    price_per_gbps_usd: float = 0.0
+    power_w: float = 0.0
+    """Network power per accelerator for this tier (NIC, optics, switch share), W."""
+    efficiency: float = 1.0
+    """Fraction of ``bandwidth_gbps`` that collectives achieve on this tier (calibrated)."""
+
+
+@pytree_dataclass
+class System:
+    """A cluster: ``num_accelerators`` of one accelerator type on ``tiers``.
+
+    Datacenter economics: capex is amortized linearly over ``amortization_years``; power is
+    the accelerators' and network's nameplate power times ``pue`` at ``usd_per_kwh``.
+    """
+
+    accelerator: Accelerator
+    tiers: tuple[Tier, ...]
+    num_accelerators: float
+    host_capex_usd_per_accelerator: float = 0.0
+    host_power_w_per_accelerator: float = 0.0
+    pue: float = 1.2
+    usd_per_kwh: float = 0.08
+    amortization_years: float = 4.0
+
+
+@pytree_dataclass
+class Strategy:
+    """A parallel strategy (Megatron-LM/Megatron-Core semantics).
+
+    ``tp * pp * dp * cp`` equals the accelerator count; ``ep`` divides ``dp * cp``
+    (expert parallelism is folded into the data- and context-parallel ranks).
+    ``recompute`` is a weight vector over ``RECOMPUTE_MODES`` and ``zero`` over
+    ``ZERO_STAGES`` (one-hot for the exact model).  ``placement`` gives, for each of
+    ``PARALLEL_DIMS`` (tp, cp, ep, dp, pp), its rank in the order of laying dimensions on the
+    tiers, innermost first.  Flags are floats in [0, 1].  Build with :func:`make_strategy`.
+    """
+
+    tp: float
+    pp: float
+    dp: float
+    cp: float = 1.0
+    ep: float = 1.0
+    microbatch: float = 1.0
+    interleave: float = 1.0
+    sequence_parallel: float = 1.0
+    recompute: jnp.ndarray = None  # type: ignore[assignment]
+    zero: jnp.ndarray = None  # type: ignore[assignment]
+    placement: jnp.ndarray = None  # type: ignore[assignment]
+    overlap_dp: float = 1.0
+    """1 overlaps data-parallel communication with the backward pass."""
+    overlap_tp: float = 0.0
+    """1 overlaps tensor-parallel communication with GEMMs (userbuffers/TP-comm-overlap)."""
+    flash_attention: float = 1.0
+    """1: fused attention that never stores the s x s scores (Dao et al. 2022)."""
+
+
+@pytree_dataclass
+class Efficiency:
+    """Named efficiency parameters: achieved rates are not peak rates.
+
+    These are the parameters the calibration fits (issue: calibration).  Defaults are
+    round values typical of Megatron-LM on NVIDIA GPUs.
+
+    * GEMMs run at ``gemm_max * d / (d + gemm_half_dim)`` of peak, where ``d`` is the
+      smallest dimension of the GEMM after sharding (a saturating roofline-style curve:
+      small GEMMs under-fill the machine and are bandwidth bound).
+    * Fused attention runs at ``attention_eff`` of peak.
+    * Memory-bound element-wise work moves ``elementwise_traffic`` times the bytes of the
+      activations it produces at ``hbm_eff`` of HBM bandwidth; the optimizer moves
+      ``optimizer_bytes_per_param`` bytes per local parameter (Adam with fp32 master
+      weights: read param, grad, m, v; write param, m, v, half copy).
+    * Overlap efficiencies give the fraction of overlappable compute that actually hides
+      communication.
+    """
+
+    gemm_max: float = 0.80
+    gemm_half_dim: float = 96.0
+    attention_eff: float = 0.55
+    hbm_eff: float = 0.80
+    elementwise_traffic: float = 2.0
+    optimizer_bytes_per_param: float = 34.0
+    dp_overlap_eff: float = 0.8
+    tp_overlap_eff: float = 0.8
+    cp_overlap_eff: float = 0.9
+    p2p_overlap_eff: float = 0.0
+    step_overhead_s: float = 0.0
+    memory_overhead_gb: float = 2.0
+
+
+# --------------------------------------------------------------------------------------
+# Construction from readable values, and checks of concrete inputs (before any tracing).
+# --------------------------------------------------------------------------------------
+
+
+def one_hot(index: int, n: int) -> np.ndarray:
+    v = np.zeros(n)
+    v[index] = 1.0
+    return v
+
+
+def placement_ranks(order: Sequence[str]) -> np.ndarray:
+    """Ranks of (tp, cp, ep, dp, pp) from an innermost-first order of their names."""
+    order = list(order)
+    if sorted(order) != sorted(PARALLEL_DIMS):
+        raise SpecError(
+            "strategy.placement", order, f"a permutation of {list(PARALLEL_DIMS)} (innermost first)"
+        )
+    return np.array([float(order.index(d)) for d in PARALLEL_DIMS])
+
+
+def make_strategy(
+    *,
+    tp: float,
+    pp: float,
+    dp: float,
+    cp: float = 1,
+    ep: float = 1,
+    microbatch: float = 1,
+    interleave: float = 1,
+    sequence_parallel: bool = True,
+    recompute: str = "selective",
+    zero: int = 1,
+    placement: Sequence[str] = DEFAULT_PLACEMENT,
+    overlap_dp: bool = True,
+    overlap_tp: bool = False,
+    flash_attention: bool = True,
+) -> Strategy:
+    """Build a :class:`Strategy` from readable values (checked).
+
+    Example:
+        >>> from codesign.specs import make_strategy
+        >>> s = make_strategy(tp=8, pp=16, dp=24, recompute="selective", zero=1)
+        >>> s.recompute.tolist(), s.zero.tolist()
+        ([0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0])
+    """
+    if recompute not in RECOMPUTE_MODES:
+        raise SpecError("strategy.recompute", recompute, f"one of {list(RECOMPUTE_MODES)}")
+    if zero not in ZERO_STAGES or isinstance(zero, bool):
+        raise SpecError("strategy.zero", zero, "an integer 0, 1, 2 or 3")
+    for name, flag in (
+        ("sequence_parallel", sequence_parallel),
+        ("overlap_dp", overlap_dp),
+        ("overlap_tp", overlap_tp),
+        ("flash_attention", flash_attention),
+    ):
+        if not isinstance(flag, bool | np.bool_) and flag not in (0, 1):
+            raise SpecError(f"strategy.{name}", flag, "true or false")
+    return Strategy(
+        tp=float(tp),
+        pp=float(pp),
+        dp=float(dp),
+        cp=float(cp),
+        ep=float(ep),
+        microbatch=float(microbatch),
+        interleave=float(interleave),
+        sequence_parallel=float(bool(sequence_parallel)),
+        recompute=one_hot(RECOMPUTE_MODES.index(recompute), 3),
+        zero=one_hot(ZERO_STAGES.index(zero), 4),
+        placement=placement_ranks(placement),
+        overlap_dp=float(bool(overlap_dp)),
+        overlap_tp=float(bool(overlap_tp)),
+        flash_attention=float(bool(flash_attention)),
+    )
+
+
+def _positive(field: str, value, integer: bool = False, allow_zero: bool = False) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise SpecError(field, value, "a number") from None
+    if not math.isfinite(v):
+        raise SpecError(field, value, "a finite number")
+    if allow_zero and v == 0:
+        return v
+    if v <= 0:
+        raise SpecError(field, value, "a positive number" + (" or 0" if allow_zero else ""))
+    if integer and v != round(v):
+        raise SpecError(field, value, "a positive integer")
+    return v
+
+
+def check_model(m: Model) -> None:
+    """Check a concrete :class:`Model`; raise :class:`SpecError` on the first bad field."""
+    for f in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len"):
+        _positive(f"model.{f}", getattr(m, f), integer=True)
+    if float(m.heads) % float(m.kv_heads):
+        raise SpecError("model.kv_heads", m.kv_heads, f"a divisor of model.heads = {m.heads:g}")
+    _positive("model.head_dim", m.head_dim, integer=True, allow_zero=True)
+    for f in ("gated_mlp", "tied_embeddings", "dropout"):
+        if float(getattr(m, f)) not in (0.0, 1.0):
+            raise SpecError(f"model.{f}", getattr(m, f), "true or false")
+    for f in ("moe_experts", "moe_top_k", "moe_ffn_hidden", "moe_shared_experts", "moe_layers"):
+        _positive(f"model.{f}", getattr(m, f), integer=True, allow_zero=True)
+    if m.moe_experts > 0:
+        if not 1 <= m.moe_top_k <= m.moe_experts:
+            raise SpecError("model.moe_top_k", m.moe_top_k, f"between 1 and moe_experts = {m.moe_experts:g}")
+        if m.moe_ffn_hidden <= 0:
+            raise SpecError("model.moe_ffn_hidden", m.moe_ffn_hidden, "positive for an MoE model")
+        if not 0 < m.moe_layers <= m.layers:
+            raise SpecError("model.moe_layers", m.moe_layers, f"between 1 and layers = {m.layers:g}")
+
+
+def check_system(s: System) -> None:
+    """Check a concrete :class:`System`; raise :class:`SpecError` on the first bad field."""
+    a = s.accelerator
+    for f in ("peak_tflops", "hbm_gb", "hbm_tbps"):
+        _positive(f"system.{f}", getattr(a, f))
+    for f in ("peak_tflops_fp8", "power_w", "price_usd"):
+        _positive(f"system.{f}", getattr(a, f), allow_zero=True)
+    n = _positive("system.num_accelerators", s.num_accelerators, integer=True)
+    if len(s.tiers) == 0:
+        raise SpecError("system.tiers", [], "at least one [[system.tiers]] table (innermost first)")
+    prev = 1.0
+    for i, t in enumerate(s.tiers):
+        d = _positive(f"system.tiers[{i}].domain", t.domain, integer=True)
+        if d < prev:
+            raise SpecError(f"system.tiers[{i}].domain", t.domain, f"at least the inner tier's domain ({prev:g})")
+        prev = d
+        _positive(f"system.tiers[{i}].bandwidth_gbps", t.bandwidth_gbps)
+        _positive(f"system.tiers[{i}].latency_us", t.latency_us, allow_zero=True)
+        if float(t.oversubscription) < 1:
+            raise SpecError(f"system.tiers[{i}].oversubscription", t.oversubscription, "a ratio >= 1")
+        _positive(f"system.tiers[{i}].price_per_gbps_usd", t.price_per_gbps_usd, allow_zero=True)
+        _positive(f"system.tiers[{i}].power_w", t.power_w, allow_zero=True)
+        eff = _positive(f"system.tiers[{i}].efficiency", t.efficiency)
+        if eff > 1:
+            raise SpecError(f"system.tiers[{i}].efficiency", t.efficiency, "a fraction in (0, 1]")
+    if prev < n:
+        raise SpecError(
+            "system.tiers",
+            f"outermost domain {prev:g}",
+            f"the outermost tier must reach all num_accelerators = {n:g} (add a tier)",
+        )
+    for f in ("pue", "amortization_years"):
+        _positive(f"system.{f}", getattr(s, f))
+    for f in ("usd_per_kwh", "host_capex_usd_per_accelerator", "host_power_w_per_accelerator"):
+        _positive(f"system.{f}", getattr(s, f), allow_zero=True)
+
+
+def check_strategy(st: Strategy, model: Model, training: Training, system: System) -> None:
+    """Check a concrete strategy against the model, batch and system it runs."""
+    tp, pp, dp, cp, ep = (
+        _positive(f"strategy.{f}", getattr(st, f), integer=True) for f in ("tp", "pp", "dp", "cp", "ep")
+    )
+    mb = _positive("strategy.microbatch", st.microbatch, integer=True)
+    v = _positive("strategy.interleave", st.interleave, integer=True)
+    n = float(system.num_accelerators)
+    if tp * pp * dp * cp != n:
+        raise SpecError(
+            "strategy.tp*pp*dp*cp",
+            f"{tp:g}*{pp:g}*{dp:g}*{cp:g} = {tp * pp * dp * cp:g}",
+            f"equal to system.num_accelerators = {n:g}",
+        )
+    if float(model.heads) % tp:
+        raise SpecError("strategy.tp", st.tp, f"a divisor of model.heads = {model.heads:g}")
+    if float(model.kv_heads) % tp and tp % float(model.kv_heads):
+        raise SpecError("strategy.tp", st.tp, f"a divisor or multiple of model.kv_heads = {model.kv_heads:g}")
+    if float(model.layers) % (pp * v):
+        raise SpecError(
+            "strategy.pp*interleave", f"{pp:g}*{v:g}", f"a divisor of model.layers = {model.layers:g}"
+        )
+    if v > 1 and pp == 1:
+        raise SpecError("strategy.interleave", st.interleave, "1 when pp = 1")
+    if float(model.seq_len) % cp:
+        raise SpecError("strategy.cp", st.cp, f"a divisor of model.seq_len = {model.seq_len:g}")
+    if (dp * cp) % ep:
+        raise SpecError("strategy.ep", st.ep, f"a divisor of dp*cp = {dp * cp:g}")
+    if ep > 1 and (model.moe_experts <= 0 or float(model.moe_experts) % ep):
+        raise SpecError("strategy.ep", st.ep, f"1 for a dense model, else a divisor of moe_experts = {model.moe_experts:g}")
+    gb = _positive("training.global_batch", training.global_batch, integer=True)
+    if gb % (dp * mb):
+        raise SpecError(
+            "training.global_batch", training.global_batch, f"a multiple of dp*microbatch = {dp * mb:g}"
+        )
+    if training.precision not in PRECISIONS:
+        raise SpecError("training.precision", training.precision, f"one of {list(PRECISIONS)}")
+    if training.precision == "fp8" and float(system.accelerator.peak_tflops_fp8) <= 0:
+        raise SpecError("training.precision", "fp8", "bf16 on an accelerator without FP8 peak")
+    for name, vec, k in (("recompute", st.recompute, 3), ("zero", st.zero, 4)):
+        arr = np.asarray(vec, dtype=float)
+        if arr.shape != (k,) or np.any(arr < 0) or abs(arr.sum() - 1) > 1e-9:
+            raise SpecError(f"strategy.{name}", arr.tolist(), f"weights over {k} options summing to 1")
+    pl = np.asarray(st.placement, dtype=float)
+    if pl.shape != (5,):
+        raise SpecError("strategy.placement", pl.tolist(), "5 ranks for (tp, cp, ep, dp, pp)")
+    _positive("training.tokens", training.tokens, allow_zero=True)
+
+
+def check_all(model: Model, training: Training, system: System, strategy: Strategy) -> None:
+    """All checks for one concrete configuration (used by :func:`codesign.evaluate`)."""
+    check_model(model)
+    check_system(system)
+    check_strategy(strategy, model, training, system)

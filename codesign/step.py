@@ -1,0 +1,291 @@
+"""One training step: compose workload, compute, collectives, pipeline, memory and cost.
+
+The step time is the critical path of the most loaded pipeline stage (Narayanan et al.
+2021; Korthikanti et al. 2022 Sec. 6):
+
+    step = (m + (p - 1)/v) * T_mb + p2p + DP/ZeRO (exposed) + optimizer + overhead
+
+where ``T_mb = t_fwd + t_bwd + t_recompute + t_TP + t_CP + t_EP`` is one micro-batch on one
+stage: tensor-, context- and expert-parallel communication sits inside each micro-batch and
+so is also stretched by the bubble.  Per layer and micro-batch, tensor parallelism
+all-reduces the ``b s h`` activations twice forward and twice backward (reduce-scatter +
+all-gather pairs of the same volume with sequence parallelism; Shoeybi et al. 2019,
+Korthikanti et al. 2022 Sec. 4.2.2), plus twice in a full recomputation; context
+parallelism all-gathers K and V forward and all-gathers K, V and reduce-scatters their
+gradients backward, hidden behind attention up to ``cp_overlap_eff`` (ring attention,
+Liu et al. 2023); each MoE layer all-to-alls its tokens' ``top_k`` slots to the experts
+and back, forward and backward (Lepikhin et al. 2020).  Data parallelism all-reduces the
+gradients (ZeRO-0), reduce-scatters them and all-gathers the updated weights (ZeRO-1/2,
+Megatron's distributed optimizer), or does that for every micro-batch with two gathers
+(ZeRO-3/FSDP); it is hidden behind the backward (and, for ZeRO-3, all) compute up to
+``dp_overlap_eff`` when ``overlap_dp`` is on.
+
+Everything is an array: :func:`evaluate` is jit-compiled once per static structure (number
+of tiers, precision, exact or relaxed) and vmaps over any leaf.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from codesign import collectives as coll
+from codesign import compute, memory, pipeline, workload
+from codesign._pytree import pytree_dataclass
+from codesign.cost import cluster_cost
+from codesign.smoothing import EXACT, Smoothing, safe_div
+from codesign.specs import Efficiency, Model, Strategy, System, Training, check_all
+
+__all__ = ["Report", "evaluate", "evaluate_unchecked", "parallel_groups", "BREAKDOWN_KEYS"]
+
+BREAKDOWN_KEYS = (
+    "forward",
+    "backward",
+    "recompute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_bubble",
+    "pp_p2p",
+    "dp_comm",
+    "optimizer",
+    "overhead",
+)
+
+
+@pytree_dataclass
+class Report:
+    """Everything the model says about one step (a pytree of arrays).
+
+    Times in seconds, memory in GB (1e9 bytes) per accelerator, costs in US dollars.
+    ``breakdown_s`` sums to ``step_time_s``; ``memory_gb["total"]`` is the sum of the other
+    memory terms; ``fits`` is ``memory_gb["total"] <= hbm_gb``.
+    """
+
+    step_time_s: Any
+    breakdown_s: dict
+    memory_gb: dict
+    fits: Any
+    mfu: Any
+    hfu: Any
+    tokens_per_s: Any
+    model_flops_per_step: Any
+    num_microbatches: Any
+    params: dict
+    cost: dict
+    exposed_comm_s: dict
+
+
+def _strides(strategy: Strategy, sm: Smoothing) -> dict:
+    """Rank stride of each parallel dimension from the placement order.
+
+    The stride of a dimension is the product of the degrees of the dimensions laid inside
+    it (tp, cp, dp, pp; expert parallelism is carved out of the dp x cp ranks and has no
+    degree of its own in the rank order).
+    """
+    st = strategy
+    names = ("tp", "cp", "ep", "dp", "pp")
+    rank = dict(zip(names, [st.placement[i] for i in range(5)], strict=True))
+    real = {"tp": st.tp, "cp": st.cp, "dp": st.dp, "pp": st.pp}
+    out = {}
+    for d in names:
+        s = 1.0
+        for e, deg in real.items():
+            if e != d:
+                s = s * (1.0 + sm.before(rank[e], rank[d]) * (deg - 1.0))
+        out[d] = s
+    return out
+
+
+def parallel_groups(strategy: Strategy, sm: Smoothing = EXACT) -> dict:
+    """``(size, stride)`` dimensions of every communication group (see :mod:`collectives`)."""
+    st = strategy
+    s = _strides(st, sm)
+    edp = jnp.maximum(st.dp * st.cp / st.ep, 1.0)
+    return {
+        "tp": [(st.tp, s["tp"])],
+        "cp": [(st.cp, s["cp"])],
+        "ep": [(st.ep, s["ep"])],
+        "pp": [(st.pp, s["pp"])],
+        "dp": [(st.cp, s["cp"]), (st.dp, s["dp"])],
+        "edp": [(edp, s["ep"] * st.ep)],
+    }
+
+
+def local_params(model: Model, strategy: Strategy, sm: Smoothing) -> dict:
+    """Dense and expert parameters held by one rank of the most loaded stage (before ZeRO)."""
+    st = strategy
+    p = workload.layer_params(model)
+    moe_frac = safe_div(model.moe_layers, model.layers)
+    dense_layer = p["attention"] + p["norms"] + (1.0 - moe_frac) * p["mlp"] + moe_frac * (p["router"] + p["shared"])
+    expert_layer = moe_frac * p["experts"]
+    lps = model.layers / st.pp
+    one_stage = 1.0 - sm.step(st.pp - 1.0)
+    emb = model.vocab * model.hidden / st.tp * (1.0 + (1.0 - model.tied_embeddings) * one_stage)
+    return {
+        "dense": lps * dense_layer / st.tp + emb,
+        "expert": lps * expert_layer / (st.tp * st.ep),
+    }
+
+
+def evaluate_unchecked(
+    model: Model,
+    training: Training,
+    system: System,
+    strategy: Strategy,
+    efficiency: Efficiency | None = None,
+    smoothing: Smoothing = EXACT,
+) -> Report:
+    """The step model without input checks (for use under jit, vmap and grad)."""
+    eff = Efficiency() if efficiency is None else efficiency
+    sm = smoothing
+    m, st, sy = model, strategy, system
+    precision = training.precision
+    n_mb = pipeline.num_microbatches(training.global_batch, st.dp, st.microbatch, sm)
+    groups = parallel_groups(st, sm)
+    r = st.recompute
+    z = st.zero
+
+    # ---- compute, one micro-batch on the most loaded stage --------------------------------
+    act = memory.layer_activation_bytes(m, st)
+    lt = compute.layer_times(m, st, sy, eff, precision, act["none"], sm)
+    lps = m.layers / st.pp
+    layer_fwd = lt["gemm"] + lt["attention"] + lt["elementwise"]
+    t_fwd = lps * layer_fwd + lt["logits"]
+    t_bwd = 2.0 * t_fwd
+    t_rec = lps * (r[1] * lt["attention"] + r[2] * layer_fwd)
+
+    # ---- communication inside a micro-batch ----------------------------------------------
+    tokens = st.microbatch * m.seq_len / st.cp
+    h = m.hidden
+    passes = 4.0 + 2.0 * r[2]  # TP/EP collectives: 2 forward, 2 backward, 2 more to recompute
+    tp_ar = coll.all_reduce_time(2.0 * tokens * h, groups["tp"], sy, sm)
+    t_tp = lps * passes * tp_ar * (1.0 - st.overlap_tp * eff.tp_overlap_eff)
+
+    _, kv = workload.attention_dims(m)
+    kv_bytes = 2.0 * 2.0 * st.microbatch * m.seq_len * kv / st.tp
+    cp_ag = coll.all_gather_time(kv_bytes, groups["cp"], sy, sm)
+    cp_exposed_pass = sm.relu(cp_ag - eff.cp_overlap_eff * lt["attention"], scale=lt["attention"] + 1e-9)
+    t_cp = lps * (3.0 + r[2]) * cp_exposed_pass  # fwd 1, bwd 2 (AG + RS), recompute
+
+    a2a_tokens = tokens / (st.sequence_parallel * st.tp + (1.0 - st.sequence_parallel))
+    a2a_bytes = 2.0 * a2a_tokens * m.moe_top_k * h
+    moe_per_stage = m.moe_layers / st.pp
+    t_ep = moe_per_stage * passes * coll.all_to_all_time(a2a_bytes, groups["ep"], sy, sm)
+
+    t_mb = t_fwd + t_bwd + t_rec + t_tp + t_cp + t_ep
+    bubble = pipeline.bubble_time(st.pp, st.interleave, t_mb)
+    p2p_one = coll.p2p_time(2.0 * tokens * h / st.tp, groups["pp"], sy, sm)
+    p2p = pipeline.exposed_p2p_time(st.pp, st.interleave, n_mb, p2p_one, eff.p2p_overlap_eff)
+
+    # ---- data parallelism / ZeRO ---------------------------------------------------------
+    pl = local_params(m, st, sm)
+    gbytes = training.grad_reduce_bytes
+
+    def dp_time(n_params, group):
+        ar = coll.all_reduce_time(gbytes * n_params, group, sy, sm)
+        rs = coll.reduce_scatter_time(gbytes * n_params, group, sy, sm)
+        ag = coll.all_gather_time(2.0 * n_params, group, sy, sm)
+        return z[0] * ar + (z[1] + z[2]) * (rs + ag) + z[3] * n_mb * (rs + 2.0 * ag)
+
+    t_dp = dp_time(pl["dense"], groups["dp"]) + dp_time(pl["expert"], groups["edp"])
+    window = (1.0 - z[3]) * (t_fwd + t_bwd) + z[3] * n_mb * (t_fwd + t_bwd + t_rec)
+    window = st.overlap_dp * eff.dp_overlap_eff * window
+    dp_exposed = sm.relu(t_dp - window, scale=t_mb)
+
+    # ---- optimizer -----------------------------------------------------------------------
+    shard = z[1] + z[2] + z[3]
+    dense_group = st.dp * st.cp
+    edp = jnp.maximum(dense_group / st.ep, 1.0)
+    opt_params = pl["dense"] * (1.0 - shard + shard / dense_group) + pl["expert"] * (1.0 - shard + shard / edp)
+    hbm = sy.accelerator.hbm_tbps * 1e12 * eff.hbm_eff
+    t_opt = eff.optimizer_bytes_per_param * opt_params / hbm
+
+    breakdown = {
+        "forward": n_mb * t_fwd,
+        "backward": n_mb * t_bwd,
+        "recompute": n_mb * t_rec,
+        "tp_comm": n_mb * t_tp,
+        "cp_comm": n_mb * t_cp,
+        "ep_comm": n_mb * t_ep,
+        "pp_bubble": bubble,
+        "pp_p2p": p2p,
+        "dp_comm": dp_exposed,
+        "optimizer": t_opt,
+        "overhead": jnp.zeros_like(t_opt) + eff.step_overhead_s,
+    }
+    step_time = sum(breakdown.values())
+
+    # ---- memory --------------------------------------------------------------------------
+    mem = memory.memory_bytes(m, st, eff, pl, n_mb, sm)
+    memory_gb = {k: v / 1e9 for k, v in mem.items()}
+    fits = mem["total"] <= sy.accelerator.hbm_gb * 1e9
+
+    # ---- throughput and cost -------------------------------------------------------------
+    tokens_step = training.global_batch * m.seq_len
+    flops = workload.model_flops_per_step(m, training.global_batch)
+    f = workload.forward_flops_per_token(m)
+    rec_flops = tokens_step * m.layers * (r[1] * f["attention"] + r[2] * (f["gemm"] + f["attention"]))
+    denom = step_time * sy.num_accelerators * sy.accelerator.peak_tflops * 1e12
+    cost = cluster_cost(sy, step_time, tokens_step, training.tokens)
+    totals = workload.total_params(m)
+    return Report(
+        step_time_s=step_time,
+        breakdown_s=breakdown,
+        memory_gb=memory_gb,
+        fits=fits,
+        mfu=safe_div(flops, denom),
+        hfu=safe_div(flops + rec_flops, denom),
+        tokens_per_s=safe_div(tokens_step, step_time),
+        model_flops_per_step=flops,
+        num_microbatches=n_mb,
+        params={"total": totals["total"], "active": totals["active"], "local_dense": pl["dense"], "local_expert": pl["expert"]},
+        cost=cost,
+        exposed_comm_s={"dp_total": t_dp, "tp_per_microbatch": t_tp, "p2p_one": p2p_one},
+    )
+
+
+_evaluate_jit = jax.jit(evaluate_unchecked)
+
+
+def _is_concrete_scalar_tree(tree) -> bool:
+    for leaf in jax.tree_util.tree_leaves(tree):
+        if isinstance(leaf, jax.core.Tracer):
+            return False
+    return True
+
+
+def evaluate(
+    model: Model,
+    training: Training,
+    system: System,
+    strategy: Strategy,
+    efficiency: Efficiency | None = None,
+    smoothing: Smoothing = EXACT,
+) -> Report:
+    """Evaluate one training step: time with its breakdown, memory, throughput and cost.
+
+    Concrete scalar inputs are checked first (:class:`~codesign.specs.SpecError` names the
+    bad field); traced or batched inputs are not (use the parametrization instead).  The
+    computation is jit-compiled; wrap in ``jax.vmap`` to sweep any leaf.
+
+    Example:
+        >>> import codesign as cd
+        >>> cfg = cd.config.load_run_dict({"model": {"preset": "gpt3-175b"},
+        ...     "training": {"global_batch": 1536},
+        ...     "system": {"accelerator": "a100-sxm4-80gb", "num_accelerators": 1024,
+        ...                "tiers": [{"preset": "nvlink3"}, {"preset": "ib-hdr-200", "domain": 1024}]},
+        ...     "strategy": {"tp": 8, "pp": 16, "dp": 8}})
+        >>> r = cd.evaluate(cfg.model, cfg.training, cfg.system, cfg.strategy)
+        >>> bool(r.step_time_s > 0)
+        True
+    """
+    eff = Efficiency() if efficiency is None else efficiency
+    leaves = jax.tree_util.tree_leaves((model, training, system, strategy))
+    if _is_concrete_scalar_tree((model, training, system, strategy)) and all(
+        jnp.ndim(x) == 0 or (jnp.ndim(x) == 1 and jnp.shape(x)[0] in (3, 4, 5)) for x in leaves
+    ):
+        check_all(model, training, system, strategy)
+    return _evaluate_jit(model, training, system, strategy, eff, smoothing)
