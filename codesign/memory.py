@@ -23,8 +23,8 @@ QKV and first MLP GEMMs (2 + 2) and the two dropout masks (2): the "10" of eq. 2
 Fused (flash) attention stores no ``s x s`` tensors (Dao et al. 2022).
 
 Pipeline stages hold the activations of up to ``pp`` in-flight micro-batches under 1F1B, so
-the first stage stores ``L`` layers' worth; interleaving multiplies that by
-``1 + (p - 1)/(p v)`` (Korthikanti et al. Sec. 4.2.3).  Full recomputation also needs one
+the first stage stores ``L`` layers' worth; the interleaved schedule (``v > 1``) multiplies
+that by ``1 + (p - 1)/(p v)`` (Korthikanti et al. Sec. 4.2.3).  Full recomputation also needs one
 layer's full activations while it recomputes.  Context parallelism splits the sequence.
 
 **Model states** follow Rajbhandari et al. 2020, "ZeRO" (arXiv:1910.02054): 2 bytes per
@@ -129,7 +129,8 @@ def memory_bytes(
     per_layer = r[0] * act["none"] + r[1] * act["selective"] + r[2] * act["full"]
     layers_per_stage = model.layers / st.pp
     in_flight = sm.min(st.pp, num_microbatches)
-    interleave_factor = 1.0 + (st.pp - 1.0) / (st.pp * st.interleave)
+    # Interleaving (v > 1) stores (1 + (p-1)/(p v)) times as much (Korthikanti Sec. 4.2.3).
+    interleave_factor = 1.0 + sm.step(st.interleave - 1.0) * (st.pp - 1.0) / (st.pp * st.interleave)
     activations = per_layer * layers_per_stage * in_flight * interleave_factor
     # Full recomputation re-materializes one layer at a time.
     activations = activations + r[2] * act["none"]

@@ -1,0 +1,290 @@
+"""TOML run files and named presets -> specs.
+
+A run file has ``[model]``, ``[training]``, ``[system]`` with ``[[system.tiers]]`` (innermost
+first), ``[strategy]`` and optionally ``[efficiency]``.  ``[model]``, ``[system]`` and each tier
+may name a ``preset`` (``model.preset``, ``system.accelerator``, ``tiers[i].preset``) from the
+catalog in ``hardware/`` (``models.toml``, ``accelerators.toml``, ``fabrics.toml``, each
+number with its source); every other key overrides the preset.  The schema is documented in
+the README.  Every error is a :class:`~codesign.specs.SpecError` naming the field, the value
+and what is allowed, raised before any tracing.
+
+The catalog is read as data from the ``hardware`` directory next to this package (or from
+``$CODESIGN_CATALOG``); the library never imports the ``hardware`` package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from codesign.specs import (
+    DEFAULT_PLACEMENT,
+    PRECISIONS,
+    Accelerator,
+    Efficiency,
+    Model,
+    SpecError,
+    Strategy,
+    System,
+    Tier,
+    Training,
+    check_model,
+    check_strategy,
+    check_system,
+    make_strategy,
+)
+
+__all__ = [
+    "RunConfig",
+    "catalog",
+    "catalog_dir",
+    "load_run",
+    "load_run_dict",
+    "model_preset",
+    "accelerator_preset",
+    "tier_preset",
+]
+
+_META_KEYS = {"name", "source", "note", "notes", "kind"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """A parsed run file: specs plus the readable names they came from."""
+
+    model: Model
+    training: Training
+    system: System
+    strategy: Strategy
+    efficiency: Efficiency
+    names: dict
+
+    def specs(self):
+        """``(model, training, system, strategy, efficiency)`` for :func:`codesign.evaluate`."""
+        return self.model, self.training, self.system, self.strategy, self.efficiency
+
+
+def catalog_dir() -> Path:
+    """Directory holding ``models.toml``, ``accelerators.toml`` and ``fabrics.toml``."""
+    env = os.environ.get("CODESIGN_CATALOG")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "hardware"
+
+
+@functools.cache
+def _load_catalog(path: str) -> dict:
+    out = {}
+    for kind in ("models", "accelerators", "fabrics", "efficiency"):
+        f = Path(path) / f"{kind}.toml"
+        out[kind] = tomllib.loads(f.read_text()) if f.exists() else {}
+    return out
+
+
+def catalog() -> dict:
+    """The preset catalog: ``{"models": {...}, "accelerators": {...}, "fabrics": {...}}``."""
+    return _load_catalog(str(catalog_dir()))
+
+
+def _preset(kind: str, name: Any, field: str) -> dict:
+    table = catalog()[kind]
+    if not isinstance(name, str) or name not in table:
+        raise SpecError(field, name, f"one of the {kind} presets: {', '.join(sorted(table))}")
+    return dict(table[name])
+
+
+def _number(field: str, value: Any) -> float:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int | float):
+        return float(value)
+    raise SpecError(field, value, "a number")
+
+
+def _fill(cls, table: dict, section: str, skip: set = frozenset(), extra: dict | None = None) -> Any:
+    """Build dataclass ``cls`` from ``table``, checking keys and number types."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in table.items():
+        if key in _META_KEYS or key in skip:
+            continue
+        if key not in fields:
+            allowed = sorted(set(fields) - set(skip))
+            raise SpecError(f"{section}.{key}", value, f"a known key: {', '.join(allowed)}")
+        kwargs[key] = _number(f"{section}.{key}", value)
+    missing = [
+        f.name
+        for f in fields.values()
+        if f.name not in kwargs
+        and f.name not in skip
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise SpecError(f"{section}.{missing[0]}", None, "required (set it or choose a preset)")
+    return cls(**kwargs, **(extra or {}))
+
+
+def model_preset(name: str, **overrides) -> Model:
+    """A :class:`Model` from the catalog, with overrides."""
+    t = _preset("models", name, "model.preset")
+    t.update(overrides)
+    m = _fill(Model, t, "model")
+    if m.moe_experts > 0 and m.moe_layers == 0:
+        m = dataclasses.replace(m, moe_layers=m.layers)
+    return m
+
+
+def accelerator_preset(name: str, **overrides) -> Accelerator:
+    """An :class:`Accelerator` from the catalog, with overrides."""
+    t = _preset("accelerators", name, "system.accelerator")
+    t.update(overrides)
+    return _fill(Accelerator, t, "system", skip={"scale_up", "scale_up_domain", "scale_out"})
+
+
+def tier_preset(name: str, num_accelerators: float | None = None, **overrides) -> Tier:
+    """A :class:`Tier` from the fabric catalog; ``domain = 0`` means the whole cluster."""
+    t = _preset("fabrics", name, "system.tiers.preset")
+    t.update(overrides)
+    tier = _fill(Tier, t, "system.tiers")
+    if tier.domain == 0 and num_accelerators is not None:
+        tier = dataclasses.replace(tier, domain=float(num_accelerators))
+    return tier
+
+
+def _section(doc: dict, name: str, required: bool = True) -> dict:
+    sec = doc.get(name)
+    if sec is None:
+        if required:
+            raise SpecError(f"[{name}]", None, f"a [{name}] table is required")
+        return {}
+    if not isinstance(sec, dict):
+        raise SpecError(f"[{name}]", sec, "a table")
+    return dict(sec)
+
+
+def _parse_model(sec: dict) -> tuple[Model, str]:
+    name = sec.pop("preset", None)
+    base = _preset("models", name, "model.preset") if name is not None else {}
+    base.update(sec)
+    m = _fill(Model, base, "model")
+    if m.moe_experts > 0 and m.moe_layers == 0:
+        m = dataclasses.replace(m, moe_layers=m.layers)
+    check_model(m)
+    return m, name or "custom"
+
+
+def _parse_training(sec: dict) -> Training:
+    precision = sec.pop("precision", "bf16")
+    if precision not in PRECISIONS:
+        raise SpecError("training.precision", precision, f"one of {list(PRECISIONS)}")
+    t = _fill(Training, sec, "training", skip={"precision"})
+    t = dataclasses.replace(t, precision=precision)
+    if t.global_batch <= 0 or t.global_batch != round(t.global_batch):
+        raise SpecError("training.global_batch", t.global_batch, "a positive integer (sequences per step)")
+    if t.tokens < 0:
+        raise SpecError("training.tokens", t.tokens, "a non-negative number of tokens")
+    return t
+
+
+def _parse_system(sec: dict) -> tuple[System, dict]:
+    accel_name = sec.pop("accelerator", None)
+    tiers_doc = sec.pop("tiers", None)
+    accel_keys = {f.name for f in dataclasses.fields(Accelerator)}
+    accel_over = {k: sec.pop(k) for k in list(sec) if k in accel_keys}
+    base = _preset("accelerators", accel_name, "system.accelerator") if accel_name is not None else {}
+    preset_meta = {k: base.get(k) for k in ("scale_up", "scale_up_domain", "scale_out")}
+    base.update(accel_over)
+    accel = _fill(Accelerator, base, "system", skip={"scale_up", "scale_up_domain", "scale_out"})
+    if "num_accelerators" not in sec:
+        raise SpecError("system.num_accelerators", None, "required: how many accelerators")
+    n = _number("system.num_accelerators", sec["num_accelerators"])
+    if tiers_doc is None:
+        if accel_name is None or not preset_meta["scale_up"]:
+            raise SpecError("system.tiers", None, "at least one [[system.tiers]] table (innermost first)")
+        tiers_doc = [
+            {"preset": preset_meta["scale_up"], "domain": preset_meta["scale_up_domain"]},
+            {"preset": preset_meta["scale_out"], "domain": n},
+        ]
+    if not isinstance(tiers_doc, list) or not all(isinstance(t, dict) for t in tiers_doc):
+        raise SpecError("system.tiers", tiers_doc, "an array of tables [[system.tiers]]")
+    tiers, tier_names = [], []
+    for i, td in enumerate(tiers_doc):
+        td = dict(td)
+        pname = td.pop("preset", None)
+        label = td.get("name", pname or f"tier{i}")
+        tb = _preset("fabrics", pname, f"system.tiers[{i}].preset") if pname is not None else {}
+        tb.update(td)
+        tier = _fill(Tier, tb, f"system.tiers[{i}]")
+        if tier.domain == 0:
+            tier = dataclasses.replace(tier, domain=n)
+        tiers.append(tier)
+        tier_names.append(label)
+    system = _fill(
+        System,
+        {**sec, "num_accelerators": n},
+        "system",
+        skip={"accelerator", "tiers"},
+        extra={"accelerator": accel, "tiers": tuple(tiers)},
+    )
+    check_system(system)
+    return system, {"accelerator": accel_name or "custom", "tiers": tier_names}
+
+
+def _parse_strategy(sec: dict) -> Strategy:
+    allowed = {f.name for f in dataclasses.fields(Strategy)}
+    for k in sec:
+        if k not in allowed:
+            raise SpecError(f"strategy.{k}", sec[k], f"a known key: {', '.join(sorted(allowed))}")
+    for k in ("tp", "pp", "dp"):
+        if k not in sec:
+            raise SpecError(f"strategy.{k}", None, "required")
+    kw = dict(sec)
+    for k in ("tp", "pp", "dp", "cp", "ep", "microbatch", "interleave"):
+        if k in kw:
+            kw[k] = _number(f"strategy.{k}", kw[k])
+    for k in ("sequence_parallel", "overlap_dp", "overlap_tp", "flash_attention"):
+        if k in kw and not isinstance(kw[k], bool):
+            raise SpecError(f"strategy.{k}", kw[k], "true or false")
+    placement = kw.pop("placement", list(DEFAULT_PLACEMENT))
+    if not isinstance(placement, list) or not all(isinstance(p, str) for p in placement):
+        raise SpecError("strategy.placement", placement, "a list of the names tp, cp, ep, dp, pp")
+    return make_strategy(placement=placement, **kw)
+
+
+def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
+    """Parse a run document (the dict form of a run TOML)."""
+    if not isinstance(doc, dict):
+        raise SpecError("config", type(doc).__name__, "a TOML document with tables")
+    known = {"model", "training", "system", "strategy", "efficiency", "title", "description"}
+    for k in doc:
+        if k not in known:
+            raise SpecError(f"[{k}]", "...", f"a known table: {', '.join(sorted(known))}")
+    model, model_name = _parse_model(_section(doc, "model"))
+    training = _parse_training(_section(doc, "training"))
+    system, sys_names = _parse_system(_section(doc, "system"))
+    strategy = _parse_strategy(_section(doc, "strategy"))
+    eff_sec = _section(doc, "efficiency", required=False)
+    eff_name = eff_sec.pop("preset", None)
+    eff_base = _preset("efficiency", eff_name, "efficiency.preset") if eff_name is not None else {}
+    eff_base.update(eff_sec)
+    skip = {k for k in eff_base if k.startswith("calibrated_") or k in ("rows", "split", "date", "tiers")}
+    efficiency = _fill(Efficiency, eff_base, "efficiency", skip=skip)
+    if check:
+        check_strategy(strategy, model, training, system)
+    names = {"model": model_name, **sys_names, "efficiency": eff_name or "default"}
+    return RunConfig(model, training, system, strategy, efficiency, names)
+
+
+def load_run(path: str | os.PathLike) -> RunConfig:
+    """Parse and check a run TOML file."""
+    p = Path(path)
+    if not p.exists():
+        raise SpecError("config", str(p), "an existing TOML file")
+    try:
+        doc = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError("config", str(p), f"valid TOML ({e})") from None
+    return load_run_dict(doc)

@@ -1,0 +1,426 @@
+"""Batched exact evaluation of a whole grid of strategies and hardware values.
+
+A grid is a dict of axes, each a leaf path and its values::
+
+    {"strategy.tp": [1, 2, 4, 8], "strategy.pp": [1, 2, 4, 8, 16],
+     "strategy.recompute": ["none", "selective", "full"],
+     "system.tiers[1].bandwidth_gbps": [25, 50, 100]}
+
+The Cartesian product is never materialized: each flat index is decoded on the device
+(``jnp.unravel_index``) into per-axis value tables, the configuration is built by replacing
+leaves of the base specs, evaluated with the exact model, masked if invalid (divisibility,
+product of degrees) or infeasible (memory, capex budget, power cap), and reduced on the
+device: a running top-k of the objective, counts, and for every axis the best objective at
+each of its values (a "profile").  Chunks of ``batch_size`` points are vmapped inside a
+``lax.scan`` (bounded memory); super-chunks are sharded over all JAX devices with
+``jax.shard_map`` and looped over in Python with a progress bar.  ``strategy.dp`` is derived
+as ``num_accelerators / (tp pp cp)`` unless it is an axis.
+
+Example:
+    >>> import codesign as cd
+    >>> from codesign.sweep import sweep
+    >>> cfg = cd.config.load_run_dict({"model": {"preset": "llama3-8b"},
+    ...     "training": {"global_batch": 512},
+    ...     "system": {"accelerator": "h100-sxm5-80gb", "num_accelerators": 64},
+    ...     "strategy": {"tp": 1, "pp": 1, "dp": 64}})
+    >>> res = sweep(cfg, {"strategy.tp": [1, 2, 4, 8], "strategy.pp": [1, 2, 4]}, progress=False)
+    >>> res.num_points, res.num_valid
+    (12, 12)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import re
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec
+
+from codesign.smoothing import EXACT
+from codesign.specs import (
+    RECOMPUTE_MODES,
+    ZERO_STAGES,
+    SpecError,
+    placement_ranks,
+)
+from codesign.step import Report, evaluate_unchecked
+
+__all__ = ["SweepResult", "sweep", "get_leaf", "set_leaf", "valid_mask", "OBJECTIVES"]
+
+OBJECTIVES = {
+    "step_time": lambda r: r.step_time_s,
+    "time_to_train": lambda r: r.cost["time_to_train_days"],
+    "cost_to_train": lambda r: r.cost["cost_to_train_usd"],
+    "usd_per_token": lambda r: r.cost["usd_per_step"] / (r.tokens_per_s * r.step_time_s),
+    "neg_mfu": lambda r: -r.mfu,
+}
+
+_PATH_RE = re.compile(r"^([a-z_]+)(\[(\d+)\])?$")
+
+
+def _split(path: str) -> list:
+    parts = []
+    for p in path.split("."):
+        m = _PATH_RE.match(p)
+        if not m:
+            raise SpecError("sweep axis", path, "a dotted leaf path like system.tiers[1].bandwidth_gbps")
+        parts.append(m.group(1))
+        if m.group(3) is not None:
+            parts.append(int(m.group(3)))
+    return parts
+
+
+def get_leaf(specs: dict, path: str) -> Any:
+    """Read a leaf of ``{"model":…, "training":…, "system":…, "strategy":…}`` by dotted path."""
+    obj: Any = specs
+    for p in _split(path):
+        obj = obj[p] if isinstance(p, int) or isinstance(obj, dict) else getattr(obj, p)
+    return obj
+
+
+def _set(obj, parts, value):
+    if not parts:
+        return value
+    head, rest = parts[0], parts[1:]
+    if isinstance(obj, dict):
+        return {**obj, head: _set(obj[head], rest, value)}
+    if isinstance(obj, tuple):
+        lst = list(obj)
+        lst[head] = _set(lst[head], rest, value)
+        return tuple(lst)
+    return dataclasses.replace(obj, **{head: _set(getattr(obj, head), rest, value)})
+
+
+def set_leaf(specs: dict, path: str, value) -> dict:
+    """Return ``specs`` with the leaf at ``path`` replaced (pure; works on traced values)."""
+    try:
+        get_leaf(specs, path)
+    except (AttributeError, KeyError, IndexError, TypeError):
+        raise SpecError("sweep axis", path, "a leaf path of model/training/system/strategy/efficiency") from None
+    return _set(specs, _split(path), value)
+
+
+def _axis_table(path: str, values) -> np.ndarray:
+    """Numeric value table of an axis (vectors for recompute, zero and placement)."""
+    values = list(values)
+    if not values:
+        raise SpecError(f"sweep axis {path}", values, "a non-empty list of values")
+    if path == "strategy.recompute":
+        bad = [v for v in values if v not in RECOMPUTE_MODES]
+        if bad:
+            raise SpecError(path, bad[0], f"one of {list(RECOMPUTE_MODES)}")
+        return np.eye(3)[[RECOMPUTE_MODES.index(v) for v in values]]
+    if path == "strategy.zero":
+        bad = [v for v in values if v not in ZERO_STAGES]
+        if bad:
+            raise SpecError(path, bad[0], "0, 1, 2 or 3")
+        return np.eye(4)[[ZERO_STAGES.index(v) for v in values]]
+    if path == "strategy.placement":
+        return np.stack([placement_ranks(v) for v in values])
+    try:
+        arr = np.asarray([float(v) for v in values])
+    except (TypeError, ValueError):
+        raise SpecError(path, values, "a list of numbers") from None
+    return arr
+
+
+def valid_mask(specs: dict):
+    """Validity of a configuration (traced): integer degrees, divisibility, products.
+
+    Mirrors :func:`codesign.specs.check_strategy` for use on batched values.
+    """
+    m, tr, sy, st = specs["model"], specs["training"], specs["system"], specs["strategy"]
+
+    def divides(a, b):  # a divides b, both positive integers stored as floats
+        return (jnp.mod(b, a) == 0) & (a >= 1)
+
+    ok = divides(st.tp * st.pp * st.cp, sy.num_accelerators)
+    ok &= jnp.abs(st.tp * st.pp * st.cp * st.dp - sy.num_accelerators) < 0.5
+    ok &= divides(st.tp, m.heads)
+    ok &= divides(st.tp, m.kv_heads) | divides(m.kv_heads, st.tp)
+    ok &= divides(st.pp * st.interleave, m.layers)
+    ok &= (st.interleave == 1) | (st.pp > 1)
+    ok &= divides(st.cp, m.seq_len)
+    ok &= divides(st.ep, st.dp * st.cp)
+    ok &= (st.ep == 1) | ((m.moe_experts > 0) & divides(st.ep, jnp.maximum(m.moe_experts, 1.0)))
+    ok &= divides(st.dp * st.microbatch, tr.global_batch)
+    ok &= st.dp >= 1
+    return ok
+
+
+@dataclasses.dataclass
+class SweepResult:
+    """What a sweep returns (host numpy arrays)."""
+
+    axes: dict
+    objective: str
+    num_points: int
+    num_valid: int
+    num_feasible: int
+    best_values: np.ndarray
+    best_indices: np.ndarray
+    profiles: dict
+    wall_s: float
+
+    def point(self, i: int) -> dict:
+        """The axis values of the ``i``-th best point."""
+        idx = np.unravel_index(int(self.best_indices[i]), [len(v) for v in self.axes.values()])
+        return {k: v[j] for (k, v), j in zip(self.axes.items(), idx, strict=True)}
+
+    def best(self) -> dict:
+        return self.point(0)
+
+
+@dataclasses.dataclass
+class SweepResult:
+    """What a sweep returns (host numpy arrays)."""
+
+    axes: dict
+    objective: str
+    num_points: int
+    num_valid: int
+    num_feasible: int
+    best_values: np.ndarray
+    best_indices: np.ndarray
+    profiles: dict
+    wall_s: float
+
+    def point(self, i: int) -> dict:
+        """The axis values of the ``i``-th best point."""
+        idx = np.unravel_index(int(self.best_indices[i]), [len(v) for v in self.axes.values()])
+        return {k: v[j] for (k, v), j in zip(self.axes.items(), idx, strict=True)}
+
+    def best(self) -> dict:
+        return self.point(0)
+
+
+def _build(base: dict, paths, tables, flat_idx, shape, derive_dp: bool):
+    multi = jnp.unravel_index(flat_idx, shape)
+    specs = base
+    for path, table, i in zip(paths, tables, multi, strict=True):
+        specs = set_leaf(specs, path, table[i])
+    if derive_dp:
+        st, sy = specs["strategy"], specs["system"]
+        dp = sy.num_accelerators / (st.tp * st.pp * st.cp)
+        specs = set_leaf(specs, "strategy.dp", jnp.round(dp))
+    return specs, multi
+
+
+def _split_point(shape, max_block: int) -> int:
+    """First axis of the inner block: the trailing axes whose product fits ``max_block``."""
+    p, inner = len(shape), 1
+    while p > 0 and inner * shape[p - 1] <= max_block:
+        p -= 1
+        inner *= shape[p]
+    return p
+
+
+@functools.cache
+def _compiled_call(treedef, paths, shape, split, derive_dp, objective, k, n_steps, devices):
+    """One compiled, sharded reducer per grid structure (values are arguments: no recompile).
+
+    The grid is split into outer axes ``shape[:split]`` and an inner block ``shape[split:]``.
+    Each scan step takes one outer point (decoded as scalars) and vmaps the model over the
+    whole inner block, so everything that depends only on outer axes is computed once per
+    step rather than once per point (vmap leaves unbatched values unbatched).
+    """
+    obj_fn = OBJECTIVES[objective]
+    outer_shape, inner_shape = shape[:split], shape[split:]
+    n_outer = int(np.prod(outer_shape))
+    inner = int(np.prod(inner_shape))
+
+    def point(specs, bounds):
+        report: Report = evaluate_unchecked(
+            specs["model"], specs["training"], specs["system"], specs["strategy"], specs["efficiency"], EXACT
+        )
+        valid = valid_mask(specs)
+        feasible = valid & report.fits
+        feasible &= report.cost["capex_usd"] <= bounds[0]
+        feasible &= report.cost["power_kw"] <= bounds[1]
+        return jnp.where(feasible, obj_fn(report), jnp.inf), valid, feasible
+
+    def with_dp(specs):
+        if not derive_dp:
+            return specs
+        st, sy = specs["strategy"], specs["system"]
+        return set_leaf(specs, "strategy.dp", jnp.round(sy.num_accelerators / (st.tp * st.pp * st.cp)))
+
+    def run(base, tables, inner_vals, inner_idx, bounds, start):
+        dtype = jnp.result_type(float)
+        itype = start.dtype
+        init = (
+            jnp.full((k,), jnp.inf, dtype),
+            jnp.full((k,), -1, itype),
+            jnp.zeros((), itype),
+            jnp.zeros((), itype),
+            tuple(jnp.full((n,), jnp.inf, dtype) for n in shape),
+        )
+
+        def body(carry, c):
+            best_v, best_i, n_valid, n_feas, prof = carry
+            o = start + c
+            in_range = o < n_outer
+            o_multi = jnp.unravel_index(jnp.minimum(o, n_outer - 1), outer_shape) if split else ()
+            specs = base
+            for path, table, i in zip(paths[:split], tables[:split], o_multi, strict=True):
+                specs = set_leaf(specs, path, table[i])
+
+            def inner_point(vals):
+                sp = specs
+                for path, v in zip(paths[split:], vals, strict=True):
+                    sp = set_leaf(sp, path, v)
+                return point(with_dp(sp), bounds)
+
+            val, valid, feas = jax.vmap(inner_point)(inner_vals)
+            val = jnp.where(in_range, val, jnp.inf)
+            valid &= in_range
+            feas &= in_range
+            idx = o * inner + jnp.arange(inner, dtype=itype)
+            allv = jnp.concatenate([best_v, val])
+            alli = jnp.concatenate([best_i, idx])
+            neg, pos = jax.lax.top_k(-allv, k)
+            vmin = jnp.min(val)
+            new_prof = []
+            for a, p in enumerate(prof):
+                if a < split:
+                    new_prof.append(p.at[o_multi[a]].min(vmin))
+                else:
+                    seg = jax.ops.segment_min(val, inner_idx[a - split], num_segments=p.shape[0])
+                    new_prof.append(jnp.minimum(p, seg))
+            n_valid = n_valid + valid.sum(dtype=itype)
+            n_feas = n_feas + feas.sum(dtype=itype)
+            return (-neg, alli[pos], n_valid, n_feas, tuple(new_prof)), None
+
+        out, _ = jax.lax.scan(body, init, jnp.arange(n_steps, dtype=start.dtype))
+        return out
+
+    mesh = Mesh(np.array(devices), ("d",))
+    rep, spec = PartitionSpec(), PartitionSpec("d")
+
+    def sharded(base, tables, inner_vals, inner_idx, bounds, starts):
+        out = run(base, tables, inner_vals, inner_idx, bounds, starts[0])
+        return jax.tree_util.tree_map(lambda x: x[None], out)
+
+    return jax.jit(
+        jax.shard_map(
+            sharded, mesh=mesh, in_specs=(rep, rep, rep, rep, rep, spec), out_specs=spec, check_vma=False
+        )
+    )
+
+
+def sweep(
+    cfg,
+    axes: dict,
+    *,
+    objective: str = "step_time",
+    top_k: int = 10,
+    block_size: int = 4096,
+    steps_per_call: int = 256,
+    capex_max_usd: float = math.inf,
+    power_max_kw: float = math.inf,
+    progress: bool = True,
+    devices=None,
+) -> SweepResult:
+    """Evaluate every point of the grid ``axes`` around the base run ``cfg`` (a RunConfig).
+
+    Put the axes that are cheap to vary (network bandwidths, latencies, prices) last: the
+    trailing axes whose product fits ``block_size`` form the vmapped inner block, and the
+    model's work that depends only on the other (outer) axes is done once per block.
+
+    Args:
+        cfg: the base configuration; every leaf not on an axis keeps its value.
+        axes: ``{leaf path: list of values}`` (see the module docstring).
+        objective: one of :data:`OBJECTIVES` (minimized); infeasible points count as ``inf``.
+        top_k: how many best points to return.
+        block_size: most points of one vmapped inner block (memory is ``O(block_size)``).
+        steps_per_call: inner blocks per device per compiled call (one progress-bar tick).
+        capex_max_usd, power_max_kw: constraints; points above them are infeasible.
+        devices: JAX devices to shard over (default: all).
+    """
+    if objective not in OBJECTIVES:
+        raise SpecError("objective", objective, f"one of {sorted(OBJECTIVES)}")
+    base = {
+        "model": cfg.model,
+        "training": cfg.training,
+        "system": cfg.system,
+        "strategy": cfg.strategy,
+        "efficiency": cfg.efficiency,
+    }
+    base = jax.tree_util.tree_map(jnp.asarray, base)
+    if not axes:
+        raise SpecError("sweep axes", axes, "at least one axis")
+    paths = list(axes)
+    tables = [_axis_table(p, axes[p]) for p in paths]
+    for p in paths:
+        set_leaf(base, p, None)  # path check
+    shape = tuple(len(t) for t in tables)
+    n_total = int(np.prod(shape))
+    if n_total >= 2**31 and not jax.config.jax_enable_x64:
+        raise SpecError("sweep size", n_total, "below 2**31 points unless jax_enable_x64 is on")
+    derive_dp = "strategy.dp" not in axes
+    devices = list(jax.devices() if devices is None else devices)
+    n_dev = len(devices)
+    split = _split_point(shape, block_size)
+    n_outer = int(np.prod(shape[:split]))
+    inner_shape = shape[split:]
+    inner_idx = np.indices(inner_shape).reshape(len(inner_shape), -1) if inner_shape else np.zeros((0, 1), int)
+    inner_vals = tuple(jnp.asarray(tables[split + a][inner_idx[a]]) for a in range(len(inner_shape)))
+    n_steps = int(min(steps_per_call, -(-n_outer // n_dev)))
+    per_call = n_steps * n_dev
+    k = int(min(top_k, n_total))
+    itype = jnp.int64 if jax.config.jax_enable_x64 else jnp.int32
+    call = _compiled_call(
+        jax.tree_util.tree_structure(base), tuple(paths), shape, split, derive_dp, objective, k, n_steps, tuple(devices)
+    )
+    tables_dev = tuple(jnp.asarray(t) for t in tables)
+    inner_idx_dev = tuple(jnp.asarray(i, dtype=itype) for i in inner_idx)
+    bounds = jnp.asarray([capex_max_usd, power_max_kw], dtype=jnp.result_type(float))
+    n_calls = -(-n_outer // per_call)
+    best_v = np.full((0,), np.inf)
+    best_i = np.zeros((0,), np.int64)
+    n_valid = n_feas = 0
+    prof = [np.full((n,), np.inf) for n in shape]
+    t0 = time.perf_counter()
+    it = range(n_calls)
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(it, desc=f"sweep {n_total:,} points", unit="call")
+    pending = None
+    for c in it:
+        starts = jnp.asarray(c * per_call + np.arange(n_dev) * n_steps, dtype=itype)
+        out = call(base, tables_dev, inner_vals, inner_idx_dev, bounds, starts)
+        if pending is not None:  # overlap the host merge with the next device call
+            best_v, best_i, n_valid, n_feas, prof = _merge(pending, best_v, best_i, n_valid, n_feas, prof, k)
+        pending = out
+    if pending is not None:
+        best_v, best_i, n_valid, n_feas, prof = _merge(pending, best_v, best_i, n_valid, n_feas, prof, k)
+    wall = time.perf_counter() - t0
+    keep = np.isfinite(best_v)
+    best_v, best_i = best_v[keep], best_i[keep]
+    return SweepResult(
+        axes={p: list(axes[p]) for p in paths},
+        objective=objective,
+        num_points=n_total,
+        num_valid=n_valid,
+        num_feasible=n_feas,
+        best_values=best_v,
+        best_indices=best_i,
+        profiles={p: prof[i] for i, p in enumerate(paths)},
+        wall_s=wall,
+    )
+
+
+def _merge(out, best_v, best_i, n_valid, n_feas, prof, k):
+    bv, bi, nv, nf, pf = jax.device_get(out)
+    best_v = np.concatenate([best_v, bv.ravel()])
+    best_i = np.concatenate([best_i, bi.ravel().astype(np.int64)])
+    order = np.argsort(best_v, kind="stable")[:k]
+    prof = [np.minimum(p, q.min(axis=0)) for p, q in zip(prof, pf, strict=True)]
+    return best_v[order], best_i[order], n_valid + int(nv.sum()), n_feas + int(nf.sum()), prof
