@@ -157,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as e:
         print(f"codesign: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. piped into head
+        return 0
 
 
 if __name__ == "__main__":

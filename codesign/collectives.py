@@ -41,6 +41,7 @@ from codesign.specs import System
 __all__ = [
     "members_per_tier",
     "tier_bandwidth_bytes_per_s",
+    "reduce_scatter_coeffs",
     "reduce_scatter_time",
     "all_gather_time",
     "all_reduce_time",
@@ -77,15 +78,25 @@ def _fans(group, system: System, sm: Smoothing):
     return m, prev, r
 
 
-def reduce_scatter_time(size_bytes, group, system: System, sm: Smoothing):
-    """Hierarchical ring reduce-scatter of a ``size_bytes`` buffer, seconds."""
+def reduce_scatter_coeffs(group, system: System, sm: Smoothing):
+    """``(latency_s, s_per_byte)`` of a hierarchical ring reduce-scatter: time = a + S * b.
+
+    Collectives are affine in the buffer size, so callers that need several sizes over one
+    group compute the coefficients once.
+    """
     _, prev, r = _fans(group, system, sm)
     bw = tier_bandwidth_bytes_per_s(system)
-    total = 0.0
+    lat, per_byte = 0.0, 0.0
     for t, tier in enumerate(system.tiers):
-        total = total + (r[t] - 1.0) * tier.latency_us * 1e-6
-        total = total + (r[t] - 1.0) / r[t] * safe_div(size_bytes, prev[t]) / bw[t]
-    return total
+        lat = lat + (r[t] - 1.0) * tier.latency_us * 1e-6
+        per_byte = per_byte + (r[t] - 1.0) / r[t] / (prev[t] * bw[t])
+    return lat, per_byte
+
+
+def reduce_scatter_time(size_bytes, group, system: System, sm: Smoothing):
+    """Hierarchical ring reduce-scatter of a ``size_bytes`` buffer, seconds."""
+    lat, per_byte = reduce_scatter_coeffs(group, system, sm)
+    return lat + size_bytes * per_byte
 
 
 def all_gather_time(size_bytes, group, system: System, sm: Smoothing):

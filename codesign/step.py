@@ -185,10 +185,10 @@ def evaluate_unchecked(
     gbytes = training.grad_reduce_bytes
 
     def dp_time(n_params, group):
-        ar = coll.all_reduce_time(gbytes * n_params, group, sy, sm)
-        rs = coll.reduce_scatter_time(gbytes * n_params, group, sy, sm)
-        ag = coll.all_gather_time(2.0 * n_params, group, sy, sm)
-        return z[0] * ar + (z[1] + z[2]) * (rs + ag) + z[3] * n_mb * (rs + 2.0 * ag)
+        lat, per_byte = coll.reduce_scatter_coeffs(group, sy, sm)  # AR = 2 RS, AG = RS
+        rs = lat + gbytes * n_params * per_byte
+        ag = lat + 2.0 * n_params * per_byte
+        return z[0] * 2.0 * rs + (z[1] + z[2]) * (rs + ag) + z[3] * n_mb * (rs + 2.0 * ag)
 
     t_dp = dp_time(pl["dense"], groups["dp"]) + dp_time(pl["expert"], groups["edp"])
     window = (1.0 - z[3]) * (t_fwd + t_bwd) + z[3] * n_mb * (t_fwd + t_bwd + t_rec)
