@@ -114,13 +114,13 @@ class Smoothing:
     def step(self, x):
         """Indicator ``x > 0`` for integer-valued ``x >= 0``; exact at integers either way."""
         if self.exact:
-            return (x > 0.5).astype(jnp.result_type(x, float))
+            return jnp.where(jnp.asarray(x) > 0.5, 1.0, 0.0)
         return jnp.clip(x, 0.0, 1.0)
 
     def before(self, a, b):
         """Soft indicator ``a < b`` for placement ranks (exact: hard comparison)."""
         if self.exact:
-            return (a < b).astype(jnp.result_type(a, b, float))
+            return jnp.where(jnp.asarray(a) < jnp.asarray(b), 1.0, 0.0)
         return jax.nn.sigmoid((b - a) / jnp.maximum(self.tau, 1e-6))
 
 

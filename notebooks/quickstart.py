@@ -1,0 +1,291 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # codesign quickstart
+#
+# `codesign` is an analytical model of one LLM training step on a multi-tier cluster:
+# given a model, a batch, a system (accelerator + network tiers) and a parallel strategy,
+# it returns the step time with its breakdown, memory per accelerator, MFU and cost.
+# It is written in JAX, so the same function can be `jit`-ed, `vmap`-ed over a sweep,
+# or differentiated.
+#
+# This notebook: evaluate one run file, plot where the time and memory go, sweep the
+# pipeline-parallel degree with `jax.vmap`, then search a grid with `codesign.sweep`.
+
+# %%
+import os
+
+import jax
+
+# Counts such as 1.75e11 parameters and large sweep indices want 64-bit floats and ints.
+# Enable this before any JAX array is created.
+jax.config.update("jax_enable_x64", True)
+
+import dataclasses
+from pathlib import Path
+
+import jax.numpy as jnp
+import matplotlib.pyplot as plt
+import numpy as np
+
+import codesign
+import codesign.cli
+import codesign.sweep
+
+# CODESIGN_NOTEBOOK_SMALL=1 (set by the test suite) shrinks the sweeps.
+SMALL = os.environ.get("CODESIGN_NOTEBOOK_SMALL", "0") == "1"
+
+
+def find_repo_root() -> Path:
+    """The checkout holding ``experiments/``: walk up from the cwd, else next to the package."""
+    here = Path.cwd().resolve()
+    candidates = [here, *here.parents, Path(codesign.__file__).resolve().parent.parent]
+    for d in candidates:
+        if (d / "pyproject.toml").exists() and (d / "experiments" / "configs").is_dir():
+            return d
+    raise FileNotFoundError("no codesign checkout (pyproject.toml + experiments/configs) found")
+
+
+ROOT = find_repo_root()
+
+# %% [markdown]
+# ## 1. Evaluate one configuration
+#
+# A run file names a model preset, the training batch, the system (accelerator and network
+# tiers, innermost first) and the parallel strategy. This one is GPT-3 175B on 1024 A100s
+# with Megatron's 3D layout (tp 8, pp 8, dp 16). `load_run` checks the file and raises a
+# `SpecError` naming the bad field if something is off.
+
+# %%
+cfg = codesign.load_run(ROOT / "experiments" / "configs" / "gpt3-175b-a100.toml")
+r = codesign.evaluate(*cfg.specs())
+
+print(codesign.cli.format_report(codesign.cli.report_to_dict(r, cfg), cfg))
+
+# %% [markdown]
+# `r` is a `codesign.Report`, a pytree of JAX arrays: `r.step_time_s`, `r.breakdown_s`
+# (sums to the step time), `r.memory_gb` (per accelerator), `r.fits`, `r.mfu`, `r.cost`, ...
+#
+# ## 2. Where the step time goes
+
+# %%
+HBM_GB = float(cfg.system.accelerator.hbm_gb)
+colors = plt.get_cmap("tab20").colors
+
+fig, ax = plt.subplots(figsize=(9, 1.9))
+left = 0.0
+for i, k in enumerate(codesign.BREAKDOWN_KEYS):
+    v = float(r.breakdown_s[k])
+    if v == 0.0:
+        continue
+    ax.barh(0, v, left=left, color=colors[i % len(colors)], label=f"{k} ({v:.2f} s)")
+    left += v
+ax.set_yticks([])
+ax.set_xlabel("seconds per step")
+ax.set_title(f"step time {float(r.step_time_s):.2f} s, MFU {100 * float(r.mfu):.1f} %")
+ax.legend(ncol=4, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.45), frameon=False)
+plt.show()
+
+# %% [markdown]
+# ## 3. Where the memory goes
+#
+# Memory per accelerator against the HBM capacity (dashed line).
+
+# %%
+mem_keys = [k for k in r.memory_gb if k != "total"]
+
+fig, ax = plt.subplots(figsize=(9, 1.9))
+left = 0.0
+for i, k in enumerate(mem_keys):
+    v = float(r.memory_gb[k])
+    ax.barh(0, v, left=left, color=colors[(2 * i) % len(colors)], label=f"{k} ({v:.1f} GB)")
+    left += v
+ax.axvline(HBM_GB, color="k", ls="--", lw=1.5)
+ax.text(HBM_GB, 0.45, f" HBM {HBM_GB:g} GB", va="center")
+ax.set_xlim(0, max(HBM_GB, left) * 1.15)
+ax.set_yticks([])
+ax.set_xlabel("GB per accelerator")
+ax.set_title(f"memory {float(r.memory_gb['total']):.1f} GB: {'fits' if bool(r.fits) else 'does not fit'}")
+ax.legend(ncol=5, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.45), frameon=False)
+plt.show()
+
+# %% [markdown]
+# ## 4. Sweep one knob with `jax.vmap`
+#
+# Every number in the specs is an array leaf, so a batch of strategies is just a pytree with
+# a leading axis. We vary the pipeline degree `pp` at fixed `tp` and 1024 accelerators
+# (`dp = N / (tp * pp)`). Each strategy must stay valid: the layers must split into
+# `pp * interleave` chunks, so we keep the largest interleave (<= the run's 4) that divides
+# the 96 layers. `codesign.specs.check_strategy` checks each point before we batch them
+# (`evaluate_unchecked` itself does no checking, so it can run under `vmap`).
+
+# %%
+st0 = cfg.strategy
+N = float(cfg.system.num_accelerators)
+LAYERS = float(cfg.model.layers)
+pps = [1, 2, 4, 8, 16, 32]
+
+
+def interleave_for(pp: int) -> int:
+    if pp == 1:
+        return 1
+    return max(v for v in range(1, int(st0.interleave) + 1) if LAYERS % (pp * v) == 0)
+
+
+strategies = [
+    dataclasses.replace(st0, pp=float(pp), dp=N / (st0.tp * pp), interleave=float(interleave_for(pp)))
+    for pp in pps
+]
+for s in strategies:
+    codesign.specs.check_strategy(s, cfg.model, cfg.training, cfg.system)
+
+batch = jax.tree.map(lambda *x: jnp.stack(x), *strategies)
+evaluate_many = jax.vmap(codesign.evaluate_unchecked, in_axes=(None, None, None, 0, None))
+rs = evaluate_many(cfg.model, cfg.training, cfg.system, batch, cfg.efficiency)
+
+for pp, s, t, m, ok in zip(pps, strategies, rs.step_time_s, rs.memory_gb["total"], rs.fits, strict=True):
+    print(
+        f"pp={pp:<3} dp={s.dp:<4g} interleave={s.interleave:g}  step {float(t):6.2f} s"
+        f"  memory {float(m):6.1f} GB  {'' if ok else 'DOES NOT FIT'}"
+    )
+
+# %% [markdown]
+# Step time grouped into compute, communication and pipeline bubble, and memory per
+# accelerator. Hatched, faded bars do not fit in HBM.
+
+# %%
+GROUPS = {
+    "compute": ("forward", "backward", "recompute", "optimizer", "overhead"),
+    "communication": ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm"),
+    "pipeline bubble": ("pp_bubble",),
+}
+assert sorted(sum(GROUPS.values(), ())) == sorted(codesign.BREAKDOWN_KEYS)
+
+x = np.arange(len(pps))
+fits = np.asarray(rs.fits)
+alpha = np.where(fits, 1.0, 0.35)
+hatch = [None if f else "//" for f in fits]
+
+fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 3.8))
+bottom = np.zeros(len(pps))
+for (name, keys), c in zip(GROUPS.items(), ("tab:blue", "tab:orange", "tab:red"), strict=True):
+    v = sum(np.asarray(rs.breakdown_s[k]) for k in keys)
+    for j in range(len(pps)):
+        ax_t.bar(x[j], v[j], bottom=bottom[j], color=c, alpha=alpha[j], hatch=hatch[j],
+                 label=name if j == 0 else None)
+    bottom += v
+ax_t.set_ylabel("seconds per step")
+ax_t.set_title("step time vs pipeline degree")
+ax_t.legend(fontsize=8)
+
+bottom = np.zeros(len(pps))
+for i, k in enumerate(mem_keys):
+    v = np.asarray(rs.memory_gb[k])
+    for j in range(len(pps)):
+        ax_m.bar(x[j], v[j], bottom=bottom[j], color=colors[(2 * i) % len(colors)], alpha=alpha[j],
+                 hatch=hatch[j], label=k if j == 0 else None)
+    bottom += v
+ax_m.axhline(HBM_GB, color="k", ls="--", lw=1.5, label=f"HBM {HBM_GB:g} GB")
+ax_m.set_ylabel("GB per accelerator")
+ax_m.set_title("memory vs pipeline degree")
+ax_m.legend(fontsize=8)
+
+for ax in (ax_t, ax_m):
+    ax.set_xticks(x, [f"pp={p}\ndp={int(N / (st0.tp * p))}" for p in pps])
+    for j in np.flatnonzero(~fits):
+        ax.annotate("does not fit", (x[j], ax.get_ylim()[1] * 0.97), ha="center", va="top",
+                    fontsize=8, color="tab:red")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Small `pp` replicates too much of the model per accelerator; large `pp` fits easily but
+# pays a growing pipeline bubble and more point-to-point traffic.
+
+# %%
+t = np.where(fits, np.asarray(rs.step_time_s), np.inf)
+print(f"fastest pp that fits: pp={pps[int(np.argmin(t))]} ({t.min():.2f} s per step)")
+
+# %% [markdown]
+#
+# ## 5. Search a grid with `codesign.sweep`
+#
+# `codesign.sweep.sweep` evaluates the Cartesian product of a few axes (any leaf, by dotted
+# path; `recompute` by name) around the base run, without materializing it: it masks
+# invalid points (divisibility, degrees that do not multiply to N) and infeasible ones
+# (memory, optional capex or power caps) and keeps the best `top_k`. `strategy.dp` is
+# derived as `N / (tp * pp * cp)` unless it is an axis. Here we vary the strategy and the
+# scale-out bandwidth (tier 1, InfiniBand).
+
+# %%
+if SMALL:
+    axes = {
+        "strategy.tp": [4, 8],
+        "strategy.pp": [4, 8, 16],
+        "strategy.interleave": [1, 2, 4],
+        "strategy.microbatch": [1, 2],
+        "strategy.recompute": ["selective", "full"],
+        "system.tiers[1].bandwidth_gbps": [12.5, 25, 100],
+    }
+else:
+    axes = {
+        "strategy.tp": [1, 2, 4, 8],
+        "strategy.pp": [1, 2, 4, 8, 16, 32],
+        "strategy.interleave": [1, 2, 4],
+        "strategy.microbatch": [1, 2, 4, 8],
+        "strategy.recompute": ["none", "selective", "full"],
+        "system.tiers[1].bandwidth_gbps": [12.5, 25, 50, 100, 200],
+    }
+
+res = codesign.sweep.sweep(cfg, axes, objective="step_time", top_k=10, progress=False)
+print(f"{res.num_points} points, {res.num_valid} valid, {res.num_feasible} fit in memory"
+      f"  ({res.wall_s:.1f} s)")
+for i in range(min(5, len(res.best_values))):
+    p = res.point(i)
+    knobs = "  ".join(f"{k.split('.')[-1]}={v}" for k, v in p.items())
+    print(f"{i + 1}. {res.best_values[i]:6.2f} s   {knobs}")
+
+# %% [markdown]
+# With step time as the objective the fastest network always wins. Minimizing the cost to
+# train (`objective="cost_to_train"`, which needs `training.tokens` in the run file) weighs
+# the network's capex and power against the time it saves. `res.profiles[axis]` holds the
+# best objective at each value of an axis, over all the other axes.
+
+# %%
+res_cost = codesign.sweep.sweep(cfg, axes, objective="cost_to_train", top_k=10, progress=False)
+best = res_cost.point(0)
+print("cheapest to train:", {k.split(".")[-1]: v for k, v in best.items()},
+      f"{res_cost.best_values[0] / 1e6:.3f} M$")
+
+bw_axis = "system.tiers[1].bandwidth_gbps"
+bws = axes[bw_axis]
+fig, ax1 = plt.subplots(figsize=(6, 3.5))
+ax1.plot(bws, res.profiles[bw_axis], "o-", color="tab:blue")
+ax1.set_xscale("log")
+ax1.set_xticks(bws, [f"{b:g}" for b in bws])
+ax1.set_xlabel("scale-out bandwidth, GB/s per accelerator")
+ax1.set_ylabel("best step time, s", color="tab:blue")
+ax2 = ax1.twinx()
+ax2.plot(bws, np.asarray(res_cost.profiles[bw_axis]) / 1e6, "s--", color="tab:green")
+ax2.set_ylabel("best cost to train, M$", color="tab:green")
+ax1.set_title("best over the grid, per scale-out bandwidth")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Next steps: copy `experiments/configs/gpt3-175b-a100.toml` and change the model, system or
+# strategy (`codesign presets` lists the catalog's models, accelerators and fabrics);
+# `codesign evaluate RUN.toml` prints the report above from the shell; and `jax.grad` of
+# `evaluate_unchecked` differentiates the step time with respect to any spec field.
