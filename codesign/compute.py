@@ -58,12 +58,15 @@ def layer_times(
     precision: str,
     act_bytes_layer,
     sm: Smoothing,
+    score_bytes_layer=0.0,
 ) -> dict:
     """Forward seconds of one layer (dense and MoE averaged over depth) for one micro-batch.
 
-    Returns ``gemm``, ``attention``, ``elementwise`` (forward, one layer), and ``logits``
-    (forward, output layer, once per model).  ``act_bytes_layer`` is the per-layer
-    activation footprint without recomputation (from :mod:`codesign.memory`).
+    Returns ``gemm``, ``attention``, ``elementwise`` (forward, one layer), ``score_elementwise``
+    (the part of ``elementwise`` spent on unfused ``s x s`` softmax and dropout tensors, which
+    selective recomputation re-runs) and ``logits`` (forward, output layer, once per model).
+    ``act_bytes_layer`` is the per-layer activation footprint without recomputation and
+    ``score_bytes_layer`` its ``s x s`` part (from :mod:`codesign.memory`).
     """
     m = model
     st = strategy
@@ -96,5 +99,12 @@ def layer_times(
     attention = safe_div(attn_flops, peak_half * eff.attention_eff)
     hbm = system.accelerator.hbm_tbps * 1e12 * eff.hbm_eff
     elementwise = eff.elementwise_traffic * act_bytes_layer / hbm
+    score_elementwise = eff.elementwise_traffic * score_bytes_layer / hbm
     logits = g(tokens, m.vocab / st.tp, h)
-    return {"gemm": gemm, "attention": attention, "elementwise": elementwise, "logits": logits}
+    return {
+        "gemm": gemm,
+        "attention": attention,
+        "elementwise": elementwise,
+        "score_elementwise": score_elementwise,
+        "logits": logits,
+    }

@@ -28,8 +28,8 @@ that by ``1 + (p - 1)/(p v)`` (Korthikanti et al. Sec. 4.2.3).  Full recomputati
 layer's full activations while it recomputes.  Context parallelism splits the sequence.
 
 **Model states** follow Rajbhandari et al. 2020, "ZeRO" (arXiv:1910.02054): 2 bytes per
-parameter of 16-bit weights, 4 of fp32 gradients (Megatron's main grads; ZeRO's paper
-counts 2), and 12 of optimizer state (fp32 master weights, Adam m and v); ZeRO-1 shards
+parameter of 16-bit weights, ``grad_bytes`` of gradients (4: Megatron's fp32 main grads,
+the default; 2 when gradients are kept and reduced in bf16, as ZeRO's paper counts), and 12 of optimizer state (fp32 master weights, Adam m and v); ZeRO-1 shards
 the optimizer state over the data-parallel group, ZeRO-2 also the gradients and ZeRO-3
 also the weights.  Expert parameters shard over the expert-data-parallel group
 (``dp cp / ep``).
@@ -102,6 +102,7 @@ def memory_bytes(
     params_local: dict,
     num_microbatches,
     sm: Smoothing,
+    grad_bytes=4.0,
 ) -> dict:
     """Bytes per accelerator by term (the most loaded pipeline stage).
 
@@ -121,7 +122,7 @@ def memory_bytes(
         return pd * (1.0 - frac + frac / dense_group) + pe * (1.0 - frac + frac / expert_group)
 
     weights = 2.0 * sharded(shard_w)
-    grads = 4.0 * sharded(shard_grad)
+    grads = grad_bytes * sharded(shard_grad)
     optimizer = 12.0 * sharded(shard_opt)
 
     act = layer_activation_bytes(model, st)

@@ -105,7 +105,8 @@ class Training:
     global_batch: float
     tokens: float = 0.0
     grad_reduce_bytes: float = 4.0
-    """Bytes per gradient element in the data-parallel reduction (Megatron: fp32 main grads)."""
+    """Bytes per gradient element, stored and reduced over data parallelism (Megatron: fp32
+    main grads, 4; 2 when gradients are accumulated and reduced in bf16)."""
     precision: str = static_field(default="bf16")
     """GEMM precision: ``bf16``/``fp16`` (half-precision peak) or ``fp8`` (FP8 peak)."""
 

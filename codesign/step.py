@@ -150,12 +150,13 @@ def evaluate_unchecked(
 
     # ---- compute, one micro-batch on the most loaded stage --------------------------------
     act = memory.layer_activation_bytes(m, st)
-    lt = compute.layer_times(m, st, sy, eff, precision, act["none"], sm)
+    lt = compute.layer_times(m, st, sy, eff, precision, act["none"], sm, act["none"] - act["selective"])
     lps = m.layers / st.pp
     layer_fwd = lt["gemm"] + lt["attention"] + lt["elementwise"]
     t_fwd = lps * layer_fwd + lt["logits"]
     t_bwd = 2.0 * t_fwd
-    t_rec = lps * (r[1] * lt["attention"] + r[2] * layer_fwd)
+    # Selective recomputation re-runs the attention core (QK^T, softmax, dropout, AV).
+    t_rec = lps * (r[1] * (lt["attention"] + lt["score_elementwise"]) + r[2] * layer_fwd)
 
     # ---- communication inside a micro-batch ----------------------------------------------
     tokens = st.microbatch * m.seq_len / st.cp
@@ -219,7 +220,7 @@ def evaluate_unchecked(
     step_time = sum(breakdown.values())
 
     # ---- memory --------------------------------------------------------------------------
-    mem = memory.memory_bytes(m, st, eff, pl, n_mb, sm)
+    mem = memory.memory_bytes(m, st, eff, pl, n_mb, sm, training.grad_reduce_bytes)
     memory_gb = {k: v / 1e9 for k, v in mem.items()}
     fits = mem["total"] <= sy.accelerator.hbm_gb * 1e9
 
@@ -228,7 +229,7 @@ def evaluate_unchecked(
     flops = workload.model_flops_per_step(m, training.global_batch)
     f = workload.forward_flops_per_token(m)
     rec_flops = tokens_step * m.layers * (r[1] * f["attention"] + r[2] * (f["gemm"] + f["attention"]))
-    denom = step_time * sy.num_accelerators * sy.accelerator.peak_tflops * 1e12
+    denom = step_time * sy.num_accelerators * compute.peak_flops(sy, precision)
     cost = cluster_cost(sy, step_time, tokens_step, training.tokens)
     totals = workload.total_params(m)
     return Report(

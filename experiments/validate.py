@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 import time
@@ -57,6 +56,7 @@ from codesign.specs import SpecError  # noqa: E402
 __all__ = [
     "DATA_PATH",
     "ASSUMPTIONS",
+    "DATA_NOTES",
     "MICROBATCH_RANGE",
     "load_rows",
     "source_short",
@@ -156,6 +156,16 @@ ASSUMPTIONS = [
     "Other strategy flags: codesign defaults (overlap_dp on, placement tp,cp,ep,dp,pp innermost first).",
     "Micro-batch unknown (SC21 Table 1): evaluated over {1, 2, 4, 8} where global_batch divides "
     "dp * microbatch; reported as a range, excluded from MAPE.",
+]
+
+
+DATA_NOTES = [
+    "MosaicML rows: derived.iteration_time_s is global_batch / samples_per_s with samples_per_s rounded to "
+    "an integer in the published table (e.g. 1.0), so it is off by up to ~45 % for slow rows (84 of 216 "
+    "differ by > 1 %); the step time here comes from tokens_per_s_total, which agrees with the published MFU.",
+    "SC21 rows have no published step time: it is the paper's eq. (3) inverted (matches "
+    "derived.iteration_time_s_from_eq3 within 1 %).",
+    "korthikanti_530B_2240gpu has no global batch (partial row): not expressible.",
 ]
 
 
@@ -284,20 +294,28 @@ def _scale_out_tier(row: dict, accel_name: str, accel: dict, n: int, notes: list
         tier["preset"] = "roce-400"
         if per_gpu_gbit:
             tier["bandwidth_gbps"] = float(per_gpu_gbit) / 8.0
-        notes.append(f"scale-out RoCE {per_gpu_gbit} Gb/s/GPU (roce-400 preset at {per_gpu_gbit}/8 GB/s)")
+        notes.append(
+            f"scale-out RoCE {per_gpu_gbit} Gb/s/GPU (roce-400 preset at {per_gpu_gbit}/8 GB/s)"
+        )
     elif "not stated" in f or not fabric.strip():
         tier["preset"] = accel["scale_out"]
         notes.append(f"scale-out ASSUMED {accel['scale_out']} (fabric not stated)")
     else:
         raise Unexpressible(f"hardware.inter_node.fabric = {fabric!r} has no fabric preset")
     preset_bw = float(catalog()["fabrics"][tier["preset"]]["bandwidth_gbps"])
-    if per_gpu_gbit and "bandwidth_gbps" not in tier and abs(float(per_gpu_gbit) / 8.0 - preset_bw) > 1e-6:
+    if (
+        per_gpu_gbit
+        and "bandwidth_gbps" not in tier
+        and abs(float(per_gpu_gbit) / 8.0 - preset_bw) > 1e-6
+    ):
         tier["bandwidth_gbps"] = float(per_gpu_gbit) / 8.0
         notes.append(f"scale-out bandwidth {per_gpu_gbit} Gb/s per GPU (preset {preset_bw:g} GB/s)")
     return tier
 
 
-def row_to_doc(row: dict, microbatch: int | None = None, recipe_facts: bool = True) -> tuple[dict, list]:
+def row_to_doc(
+    row: dict, microbatch: int | None = None, recipe_facts: bool = True
+) -> tuple[dict, list]:
     """``(run document, notes)`` for one row; raises :class:`Unexpressible` when it cannot be built.
 
     The document is the dict form of a run TOML (``codesign.load_run_dict`` checks it).
@@ -330,7 +348,9 @@ def row_to_doc(row: dict, microbatch: int | None = None, recipe_facts: bool = Tr
         "vocab": mod["vocab"],
         "gated_mlp": _gated(mod.get("act")),
         "dropout": megatron or bool(facts and facts.get("dropout")),
-        "tied_embeddings": megatron or bool(facts and facts.get("tied_embeddings")) or (recipe_facts and mosaic),
+        "tied_embeddings": megatron
+        or bool(facts and facts.get("tied_embeddings"))
+        or (recipe_facts and mosaic),
     }
     if mod.get("act") is None:
         notes.append("act not stated: plain GeLU MLP")
@@ -393,7 +413,10 @@ def row_to_doc(row: dict, microbatch: int | None = None, recipe_facts: bool = Tr
             "accelerator": accel_name,
             "num_accelerators": n,
             "tiers": [
-                {"preset": accel["scale_up"], "domain": int(hw.get("nvlink_domain", hw.get("gpus_per_node", 8)))},
+                {
+                    "preset": accel["scale_up"],
+                    "domain": int(hw.get("nvlink_domain", hw.get("gpus_per_node", 8))),
+                },
                 _scale_out_tier(row, accel_name, accel, n, notes),
             ],
         },
@@ -451,20 +474,26 @@ def predict(row: dict, recipe_facts: bool = True) -> dict:
         "gpus": int(row["hardware"]["num_gpus"]),
         "verification": row.get("verification", ""),
     }
+    par = row["parallel"]
     meas, how = measured_step_time(row)
     out["measured_s"], out["measured_from"] = meas, how
-    if meas is None:
-        return {**out, "kind": "skipped", "reason": how}
-    par = row["parallel"]
     if not par.get("global_batch"):
         return {**out, "kind": "skipped", "reason": "parallel.global_batch not published"}
+    if meas is None:
+        return {**out, "kind": "skipped", "reason": how}
     unknown_mb = par.get("microbatch") is None
     if not unknown_mb:
         cfg, note = row_to_config(row, recipe_facts=recipe_facts)
         if cfg is None:
             return {**out, "kind": "skipped", "reason": note}
         res = _evaluate(cfg)
-        return {**out, "kind": "point", "notes": note, **res, "error_pct": _err(res["predicted_s"], meas)}
+        return {
+            **out,
+            "kind": "point",
+            "notes": note,
+            **res,
+            "error_pct": _err(res["predicted_s"], meas),
+        }
     # Micro-batch unknown: the plausible range.
     dp = int(par["dp"])
     gb = int(par["global_batch"])
@@ -480,7 +509,11 @@ def predict(row: dict, recipe_facts: bool = True) -> dict:
         res = _evaluate(cfg)
         entries[mb] = {**res, "error_pct": _err(res["predicted_s"], meas)}
     if not entries:
-        return {**out, "kind": "skipped", "reason": "no valid micro-batch in range: " + "; ".join(reasons)}
+        return {
+            **out,
+            "kind": "skipped",
+            "reason": "no valid micro-batch in range: " + "; ".join(reasons),
+        }
     preds = [e["predicted_s"] for e in entries.values()]
     errs = [e["error_pct"] for e in entries.values()]
     mbs = sorted(entries)
@@ -506,8 +539,17 @@ def summarize(results: list[dict]) -> dict:
     for r in results:
         s = by.setdefault(
             r["source"],
-            {"rows": 0, "skipped": 0, "point": 0, "errors": [], "not_fit": 0, "range": 0, "range_within": 0,
-             "range_min_abs": [], "shares": {}},
+            {
+                "rows": 0,
+                "skipped": 0,
+                "point": 0,
+                "errors": [],
+                "not_fit": 0,
+                "range": 0,
+                "range_within": 0,
+                "range_min_abs": [],
+                "shares": {},
+            },
         )
         s["rows"] += 1
         if r["kind"] == "skipped":
@@ -536,7 +578,9 @@ def summarize(results: list[dict]) -> dict:
             "not_fit": s["not_fit"],
             "range_rows": s["range"],
             "range_within": s["range_within"],
-            "range_best_mape_pct": (sum(s["range_min_abs"]) / len(s["range_min_abs"])) if s["range_min_abs"] else None,
+            "range_best_mape_pct": (sum(s["range_min_abs"]) / len(s["range_min_abs"]))
+            if s["range_min_abs"]
+            else None,
             "mean_breakdown_share": {k: sum(v) / len(v) for k, v in s["shares"].items()},
         }
     return out
@@ -554,32 +598,68 @@ def _fmt(x, spec=".2f", none="-"):
 def _row_cells(r: dict) -> list[str]:
     meas = _fmt(r.get("measured_s"), ".3f")
     if r["kind"] == "skipped":
-        return [r["id"], r["source"], str(r["gpus"]), meas, "-", "-", "-", "not expressible: " + r["reason"]]
+        return [
+            r["id"],
+            r["source"],
+            str(r["gpus"]),
+            meas,
+            "-",
+            "-",
+            "-",
+            "not expressible: " + r["reason"],
+        ]
     if r["kind"] == "point":
         return [
-            r["id"], r["source"], str(r["gpus"]), meas, f"{r['predicted_s']:.3f}", f"{r['error_pct']:+.1f}",
-            "yes" if r["fits"] else f"NO ({r['memory_gb']:.0f}/{r['hbm_gb']:.0f} GB)", r["notes"],
+            r["id"],
+            r["source"],
+            str(r["gpus"]),
+            meas,
+            f"{r['predicted_s']:.3f}",
+            f"{r['error_pct']:+.1f}",
+            "yes" if r["fits"] else f"NO ({r['memory_gb']:.0f}/{r['hbm_gb']:.0f} GB)",
+            r["notes"],
         ]
     fits = ",".join(f"{mb}:{'y' if e['fits'] else 'n'}" for mb, e in r["range"].items())
     inside = "inside" if r["measured_within"] else "outside"
     return [
-        r["id"], r["source"], str(r["gpus"]), meas,
+        r["id"],
+        r["source"],
+        str(r["gpus"]),
+        meas,
         f"{r['predicted_min_s']:.3f}-{r['predicted_max_s']:.3f}",
         f"min {r['min_abs_error_pct']:.1f} ({r['error_at_min_mb_pct']:+.1f}/{r['error_at_max_mb_pct']:+.1f})",
-        fits, f"range, measured {inside}; {r['notes']}",
+        fits,
+        f"range, measured {inside}; {r['notes']}",
     ]
 
 
 ROW_HEAD = ["id", "source", "gpus", "measured s", "predicted s", "error %", "fits", "notes"]
-SUM_HEAD = ["source", "rows", "evaluated", "skipped", "MAPE %", "max APE %", "mean signed %", "over/evaluated",
-            "not fit", "mb-range rows (measured inside)", "range best-case MAPE %"]
+SUM_HEAD = [
+    "source",
+    "rows",
+    "evaluated",
+    "skipped",
+    "MAPE %",
+    "max APE %",
+    "mean signed %",
+    "over/evaluated",
+    "not fit",
+    "mb-range rows (measured inside)",
+    "range best-case MAPE %",
+]
 
 
 def _sum_cells(name: str, s: dict) -> list[str]:
     return [
-        name, str(s["rows"]), str(s["evaluated"]), str(s["skipped"]), _fmt(s["mape_pct"], ".1f"),
-        _fmt(s["max_ape_pct"], ".1f"), _fmt(s["mean_signed_error_pct"], "+.1f"),
-        f"{s['over_predicted']}/{s['evaluated']}", str(s["not_fit"]),
+        name,
+        str(s["rows"]),
+        str(s["evaluated"]),
+        str(s["skipped"]),
+        _fmt(s["mape_pct"], ".1f"),
+        _fmt(s["max_ape_pct"], ".1f"),
+        _fmt(s["mean_signed_error_pct"], "+.1f"),
+        f"{s['over_predicted']}/{s['evaluated']}",
+        str(s["not_fit"]),
         f"{s['range_rows']} ({s['range_within']})" if s["range_rows"] else "-",
         _fmt(s["range_best_mape_pct"], ".1f"),
     ]
@@ -613,8 +693,18 @@ def _korthikanti(results: list[dict]) -> tuple[list[dict], dict]:
     return ks, stats
 
 
-SHARE_KEYS = ("forward", "backward", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_bubble", "pp_p2p",
-              "dp_comm", "optimizer")
+SHARE_KEYS = (
+    "forward",
+    "backward",
+    "recompute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_bubble",
+    "pp_p2p",
+    "dp_comm",
+    "optimizer",
+)
 
 
 def _share_rows(summary: dict) -> list[list[str]]:
@@ -630,21 +720,62 @@ def _korthikanti_rows(ks: list[dict]) -> list[list[str]]:
     out = []
     for r in ks:
         b = r["breakdown_s"]
-        out.append([
-            r["id"].removeprefix("korthikanti_"), str(r["gpus"]), f"{r['measured_s']:.2f}", f"{r['predicted_s']:.2f}",
-            f"{r['error_pct']:+.1f}", f"{100 * r['mfu']:.1f}", "yes" if r["fits"] else "NO",
-            f"{b['forward'] + b['backward']:.2f}", f"{b['recompute']:.2f}", f"{b['tp_comm']:.2f}",
-            f"{b['pp_bubble']:.2f}", f"{b['pp_p2p']:.2f}", f"{b['optimizer']:.2f}",
-        ])
+        out.append(
+            [
+                r["id"].removeprefix("korthikanti_"),
+                str(r["gpus"]),
+                f"{r['measured_s']:.2f}",
+                f"{r['predicted_s']:.2f}",
+                f"{r['error_pct']:+.1f}",
+                f"{100 * r['mfu']:.1f}",
+                "yes" if r["fits"] else "NO",
+                f"{b['forward'] + b['backward']:.2f}",
+                f"{b['recompute']:.2f}",
+                f"{b['tp_comm']:.2f}",
+                f"{b['pp_bubble']:.2f}",
+                f"{b['pp_p2p']:.2f}",
+                f"{b['optimizer']:.2f}",
+            ]
+        )
     return out
 
 
-K_HEAD = ["run", "gpus", "measured s", "predicted s", "error %", "pred. MFU %", "fits", "fwd+bwd s", "recompute s",
-          "tp_comm s", "bubble s", "p2p s", "optimizer s"]
+K_HEAD = [
+    "run",
+    "gpus",
+    "measured s",
+    "predicted s",
+    "error %",
+    "pred. MFU %",
+    "fits",
+    "fwd+bwd s",
+    "recompute s",
+    "tp_comm s",
+    "bubble s",
+    "p2p s",
+    "optimizer s",
+]
 
 
-def render_markdown(results, summary, recipe_facts: bool, elapsed: float) -> str:
+def render_markdown(
+    results, summary, recipe_facts: bool, elapsed: float, other: list | None = None
+) -> str:
+    """The markdown report; ``other`` are the results with recipe facts toggled (a sensitivity)."""
     ks, kstats = _korthikanti(results)
+    sens = []
+    if other is not None:
+        osum = summarize(other)
+        _, ok = _korthikanti(other)
+        sens = [
+            f"## Sensitivity: recipe facts {'off' if recipe_facts else 'on'}",
+            "",
+            "The same rows with the recipe facts (see Assumptions) "
+            f"{'turned off, i.e. only the field mapping of the issue' if recipe_facts else 'turned on'}. "
+            f"Korthikanti Table 5: MAPE {_fmt(ok['mape_pct'], '.2f')} %, max APE {_fmt(ok['max_ape_pct'], '.2f')} %.",
+            "",
+            _md_table(SUM_HEAD, [_sum_cells(k, v) for k, v in osum.items()]),
+            "",
+        ]
     parts = [
         "# Validation, first cut (issue 2)",
         "",
@@ -671,6 +802,11 @@ def render_markdown(results, summary, recipe_facts: bool, elapsed: float) -> str
         "",
         _md_table(["source"] + [k + " %" for k in SHARE_KEYS], _share_rows(summary)),
         "",
+        *sens,
+        "## Data notes",
+        "",
+        *[f"- {a}" for a in DATA_NOTES],
+        "",
         "## Assumptions",
         "",
         *[f"- {a}" for a in ASSUMPTIONS],
@@ -690,10 +826,15 @@ def render_markdown(results, summary, recipe_facts: bool, elapsed: float) -> str
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Validate the step-time model against published runs.")
     ap.add_argument("--json", action="store_true", help="print machine-readable results")
-    ap.add_argument("--source", help="only rows whose id or source name contains SUBSTR (case-insensitive)")
+    ap.add_argument(
+        "--source", help="only rows whose id or source name contains SUBSTR (case-insensitive)"
+    )
     ap.add_argument("--no-recipe-facts", action="store_true", help="only the issue's field mapping")
     ap.add_argument("--data", default=str(DATA_PATH), help="measured runs JSON")
-    ap.add_argument("--md", help=f"markdown report path (default {RESULTS_MD.relative_to(ROOT)} when no --source)")
+    ap.add_argument(
+        "--md",
+        help=f"markdown report path (default {RESULTS_MD.relative_to(ROOT)} when no --source)",
+    )
     ap.add_argument("--no-md", action="store_true", help="do not write the markdown report")
     args = ap.parse_args(argv)
 
@@ -704,8 +845,11 @@ def main(argv=None) -> int:
     if args.source:
         sub = args.source.lower()
         rows = [
-            r for r in rows
-            if sub in r["id"].lower() or sub in source_short(r).lower() or sub in r["source"].get("paper", "").lower()
+            r
+            for r in rows
+            if sub in r["id"].lower()
+            or sub in source_short(r).lower()
+            or sub in r["source"].get("paper", "").lower()
         ]
     recipe_facts = not args.no_recipe_facts
     t0 = time.perf_counter()
@@ -714,16 +858,28 @@ def main(argv=None) -> int:
     summary = summarize(results)
     ks, kstats = _korthikanti(results)
 
-    md_path = None if args.no_md else (Path(args.md) if args.md else (None if args.source else RESULTS_MD))
+    md_path = (
+        None
+        if args.no_md
+        else (Path(args.md) if args.md else (None if args.source else RESULTS_MD))
+    )
     if md_path is not None:
+        other = [predict(r, recipe_facts=not recipe_facts) for r in rows]
         md_path.parent.mkdir(parents=True, exist_ok=True)
-        md_path.write_text(render_markdown(results, summary, recipe_facts, elapsed))
+        md_path.write_text(render_markdown(results, summary, recipe_facts, elapsed, other))
 
     if args.json:
         json.dump(
-            {"recipe_facts": recipe_facts, "summary": summary, "korthikanti_table5": kstats, "rows": results,
-             "assumptions": ASSUMPTIONS},
-            sys.stdout, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else str(x),
+            {
+                "recipe_facts": recipe_facts,
+                "summary": summary,
+                "korthikanti_table5": kstats,
+                "rows": results,
+                "assumptions": ASSUMPTIONS,
+            },
+            sys.stdout,
+            indent=1,
+            default=str,
         )
         print()
         return 0
@@ -746,7 +902,10 @@ def main(argv=None) -> int:
     print("Assumptions:")
     for a in ASSUMPTIONS:
         print(f"- {a}")
-    print(f"\n{len(results)} rows evaluated in {elapsed:.1f} s" + (f"; report written to {md_path}" if md_path else ""))
+    print(
+        f"\n{len(results)} rows evaluated in {elapsed:.1f} s"
+        + (f"; report written to {md_path}" if md_path else "")
+    )
     return 0
 
 

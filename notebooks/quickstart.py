@@ -25,24 +25,23 @@
 # pipeline-parallel degree with `jax.vmap`, then search a grid with `codesign.sweep`.
 
 # %%
-import os
-
-import jax
-
-# Counts such as 1.75e11 parameters and large sweep indices want 64-bit floats and ints.
-# Enable this before any JAX array is created.
-jax.config.update("jax_enable_x64", True)
-
 import dataclasses
+import os
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.patches import Patch
 
 import codesign
 import codesign.cli
 import codesign.sweep
+
+# Counts such as 1.75e11 parameters and large sweep indices want 64-bit floats and ints.
+# Switch it on before creating any JAX array.
+jax.config.update("jax_enable_x64", True)
 
 # CODESIGN_NOTEBOOK_SMALL=1 (set by the test suite) shrinks the sweeps.
 SMALL = os.environ.get("CODESIGN_NOTEBOOK_SMALL", "0") == "1"
@@ -104,7 +103,9 @@ plt.show()
 # Memory per accelerator against the HBM capacity (dashed line).
 
 # %%
-mem_keys = [k for k in r.memory_gb if k != "total"]
+MEM_ORDER = ("weights", "gradients", "optimizer", "activations", "buffers")
+mem_keys = [k for k in MEM_ORDER if k in r.memory_gb]
+mem_keys += sorted(set(r.memory_gb) - set(mem_keys) - {"total"})
 
 fig, ax = plt.subplots(figsize=(9, 1.9))
 left = 0.0
@@ -113,11 +114,13 @@ for i, k in enumerate(mem_keys):
     ax.barh(0, v, left=left, color=colors[(2 * i) % len(colors)], label=f"{k} ({v:.1f} GB)")
     left += v
 ax.axvline(HBM_GB, color="k", ls="--", lw=1.5)
-ax.text(HBM_GB, 0.45, f" HBM {HBM_GB:g} GB", va="center")
+ax.text(HBM_GB, 0, f" HBM\n {HBM_GB:g} GB", va="center")
 ax.set_xlim(0, max(HBM_GB, left) * 1.15)
 ax.set_yticks([])
 ax.set_xlabel("GB per accelerator")
-ax.set_title(f"memory {float(r.memory_gb['total']):.1f} GB: {'fits' if bool(r.fits) else 'does not fit'}")
+ax.set_title(
+    f"memory {float(r.memory_gb['total']):.1f} GB: {'fits' if bool(r.fits) else 'does not fit'}"
+)
 ax.legend(ncol=5, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.45), frameon=False)
 plt.show()
 
@@ -145,7 +148,9 @@ def interleave_for(pp: int) -> int:
 
 
 strategies = [
-    dataclasses.replace(st0, pp=float(pp), dp=N / (st0.tp * pp), interleave=float(interleave_for(pp)))
+    dataclasses.replace(
+        st0, pp=float(pp), dp=N / (st0.tp * pp), interleave=float(interleave_for(pp))
+    )
     for pp in pps
 ]
 for s in strategies:
@@ -155,7 +160,9 @@ batch = jax.tree.map(lambda *x: jnp.stack(x), *strategies)
 evaluate_many = jax.vmap(codesign.evaluate_unchecked, in_axes=(None, None, None, 0, None))
 rs = evaluate_many(cfg.model, cfg.training, cfg.system, batch, cfg.efficiency)
 
-for pp, s, t, m, ok in zip(pps, strategies, rs.step_time_s, rs.memory_gb["total"], rs.fits, strict=True):
+for pp, s, t, m, ok in zip(
+    pps, strategies, rs.step_time_s, rs.memory_gb["total"], rs.fits, strict=True
+):
     print(
         f"pp={pp:<3} dp={s.dp:<4g} interleave={s.interleave:g}  step {float(t):6.2f} s"
         f"  memory {float(m):6.1f} GB  {'' if ok else 'DOES NOT FIT'}"
@@ -178,35 +185,43 @@ fits = np.asarray(rs.fits)
 alpha = np.where(fits, 1.0, 0.35)
 hatch = [None if f else "//" for f in fits]
 
-fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 3.8))
-bottom = np.zeros(len(pps))
-for (name, keys), c in zip(GROUPS.items(), ("tab:blue", "tab:orange", "tab:red"), strict=True):
-    v = sum(np.asarray(rs.breakdown_s[k]) for k in keys)
-    for j in range(len(pps)):
-        ax_t.bar(x[j], v[j], bottom=bottom[j], color=c, alpha=alpha[j], hatch=hatch[j],
-                 label=name if j == 0 else None)
-    bottom += v
+
+def stacked_bars(ax, parts: dict) -> np.ndarray:
+    """Stacked bars over ``pps``, one segment per ``{label: (color, values)}``; returns tops."""
+    bottom = np.zeros(len(pps))
+    for color, v in parts.values():
+        for j in range(len(pps)):
+            ax.bar(x[j], v[j], bottom=bottom[j], color=color, alpha=alpha[j], hatch=hatch[j])
+        bottom = bottom + v
+    handles = [Patch(color=c, label=name) for name, (c, _) in parts.items()]
+    ax.legend(
+        handles=handles + ax.get_legend_handles_labels()[0], fontsize=8, ncol=3, loc="upper center"
+    )
+    for j in np.flatnonzero(~fits):
+        ax.text(
+            x[j], bottom[j], "does not\nfit", ha="center", va="bottom", fontsize=8, color="tab:red"
+        )
+    ax.set_ylim(0, bottom.max() * 1.35)
+    ax.set_xticks(x, [f"pp={p}\ndp={int(N / (st0.tp * p))}" for p in pps])
+    return bottom
+
+
+fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4))
+time_parts = {
+    name: (c, sum(np.asarray(rs.breakdown_s[k]) for k in keys))
+    for (name, keys), c in zip(GROUPS.items(), ("tab:blue", "tab:orange", "tab:red"), strict=True)
+}
+stacked_bars(ax_t, time_parts)
 ax_t.set_ylabel("seconds per step")
 ax_t.set_title("step time vs pipeline degree")
-ax_t.legend(fontsize=8)
 
-bottom = np.zeros(len(pps))
-for i, k in enumerate(mem_keys):
-    v = np.asarray(rs.memory_gb[k])
-    for j in range(len(pps)):
-        ax_m.bar(x[j], v[j], bottom=bottom[j], color=colors[(2 * i) % len(colors)], alpha=alpha[j],
-                 hatch=hatch[j], label=k if j == 0 else None)
-    bottom += v
 ax_m.axhline(HBM_GB, color="k", ls="--", lw=1.5, label=f"HBM {HBM_GB:g} GB")
+mem_parts = {
+    k: (colors[(2 * i) % len(colors)], np.asarray(rs.memory_gb[k])) for i, k in enumerate(mem_keys)
+}
+stacked_bars(ax_m, mem_parts)
 ax_m.set_ylabel("GB per accelerator")
 ax_m.set_title("memory vs pipeline degree")
-ax_m.legend(fontsize=8)
-
-for ax in (ax_t, ax_m):
-    ax.set_xticks(x, [f"pp={p}\ndp={int(N / (st0.tp * p))}" for p in pps])
-    for j in np.flatnonzero(~fits):
-        ax.annotate("does not fit", (x[j], ax.get_ylim()[1] * 0.97), ha="center", va="top",
-                    fontsize=8, color="tab:red")
 fig.tight_layout()
 plt.show()
 
@@ -250,8 +265,10 @@ else:
     }
 
 res = codesign.sweep.sweep(cfg, axes, objective="step_time", top_k=10, progress=False)
-print(f"{res.num_points} points, {res.num_valid} valid, {res.num_feasible} fit in memory"
-      f"  ({res.wall_s:.1f} s)")
+print(
+    f"{res.num_points} points, {res.num_valid} valid, {res.num_feasible} fit in memory"
+    f"  ({res.wall_s:.1f} s)"
+)
 for i in range(min(5, len(res.best_values))):
     p = res.point(i)
     knobs = "  ".join(f"{k.split('.')[-1]}={v}" for k, v in p.items())
@@ -266,8 +283,11 @@ for i in range(min(5, len(res.best_values))):
 # %%
 res_cost = codesign.sweep.sweep(cfg, axes, objective="cost_to_train", top_k=10, progress=False)
 best = res_cost.point(0)
-print("cheapest to train:", {k.split(".")[-1]: v for k, v in best.items()},
-      f"{res_cost.best_values[0] / 1e6:.3f} M$")
+print(
+    "cheapest to train:",
+    {k.split(".")[-1]: v for k, v in best.items()},
+    f"{res_cost.best_values[0] / 1e6:.3f} M$",
+)
 
 bw_axis = "system.tiers[1].bandwidth_gbps"
 bws = axes[bw_axis]
@@ -275,6 +295,7 @@ fig, ax1 = plt.subplots(figsize=(6, 3.5))
 ax1.plot(bws, res.profiles[bw_axis], "o-", color="tab:blue")
 ax1.set_xscale("log")
 ax1.set_xticks(bws, [f"{b:g}" for b in bws])
+ax1.minorticks_off()
 ax1.set_xlabel("scale-out bandwidth, GB/s per accelerator")
 ax1.set_ylabel("best step time, s", color="tab:blue")
 ax2 = ax1.twinx()

@@ -9,6 +9,7 @@ automatically.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -18,7 +19,8 @@ jupytext = pytest.importorskip("jupytext")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.py"))
 KERNEL = "python3"
 
@@ -50,6 +52,9 @@ def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     _ensure_kernel()
     # The kernel inherits this process's environment when it starts.
     monkeypatch.setenv("CODESIGN_NOTEBOOK_SMALL", "1")
+    # ... and imports this checkout's codesign, installed or not.
+    path_env = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path_env))
 
     nb = jupytext.read(path)
     # Run in an empty directory: notebooks must find the repository themselves and must not
@@ -63,7 +68,8 @@ def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     try:
         client.execute()
     except nbclient.exceptions.CellExecutionError as e:
-        pytest.fail(f"{path.name}: a cell raised\n{e}", pytrace=False)
+        msg = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # drop the traceback's ANSI colours
+        pytest.fail(f"{path.name}: a cell raised\n{msg}", pytrace=False)
 
     errors = [
         o

@@ -1,0 +1,216 @@
+"""Memory per accelerator against Korthikanti et al. 2022 and ZeRO (Rajbhandari et al. 2020)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from conftest import example_config, small_config
+
+import codesign as cd
+from codesign import memory
+from codesign.smoothing import EXACT
+from codesign.specs import make_strategy
+from codesign.step import local_params
+
+
+def gpt(l=24, h=2048, a=16, V=51200, s=2048) -> cd.Model:
+    """GPT with ffn = 4h, kv_heads = heads, no gate, dropout (the setting of Korthikanti Sec. 4)."""
+    return cd.Model(
+        layers=float(l), hidden=float(h), heads=float(a), kv_heads=float(a), ffn_hidden=4.0 * h,
+        vocab=float(V), seq_len=float(s), dropout=1.0, tied_embeddings=1.0,
+    )
+
+
+def close(a, b, rtol=1e-12):
+    return abs(float(a) - float(b)) <= rtol * abs(float(b))
+
+
+SHAPES = [(2048, 16, 2048), (12288, 96, 2048), (4096, 32, 4096)]  # (h, a, s)
+
+
+# --------------------------------------------------------------------------------------
+# Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+# Transformer Models", arXiv:2205.05198, Sec. 4 and Table 2, bytes per layer of a micro-batch
+# of b sequences with 16-bit activations:
+#   no parallelism          s b h (34 + 5 a s / h)                  (eq. 1)
+#   tensor parallel t       s b h (10 + 24/t + 5 a s / (h t))       (eq. 2)
+#   tensor + sequence par.  s b h / t (34 + 5 a s / h)              (eq. 4)
+#   selective recompute+SP  34 s b h / t                            (Sec. 5, Table 2)
+#   full recompute          2 s b h                                 (Table 2, no SP)
+# Fused (flash) attention stores no s x s tensors: the 5 a s / h term disappears.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("h,a,s", SHAPES)
+@pytest.mark.parametrize("b", [1, 4])
+def test_korthikanti_no_parallelism(h, a, s, b):
+    m = gpt(h=h, a=a, s=s)
+    st = make_strategy(tp=1, pp=1, dp=1, microbatch=b, sequence_parallel=False, flash_attention=False)
+    act = memory.layer_activation_bytes(m, st)
+    assert close(act["none"], s * b * h * (34 + 5 * a * s / h))
+    assert close(act["selective"], 34 * s * b * h)
+    assert close(act["full"], 2 * s * b * h)
+
+
+@pytest.mark.parametrize("h,a,s", SHAPES)
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_korthikanti_tensor_parallel(h, a, s, t):
+    b = 2
+    m = gpt(h=h, a=a, s=s)
+    st = make_strategy(tp=t, pp=1, dp=1, microbatch=b, sequence_parallel=False, flash_attention=False)
+    act = memory.layer_activation_bytes(m, st)
+    assert close(act["none"], s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
+    # Full recomputation without SP keeps the full layer input on every TP rank.
+    assert close(act["full"], 2 * s * b * h)
+
+
+@pytest.mark.parametrize("h,a,s", SHAPES)
+@pytest.mark.parametrize("t", [1, 2, 8])
+def test_korthikanti_tensor_sequence_parallel(h, a, s, t):
+    b = 2
+    m = gpt(h=h, a=a, s=s)
+    st = make_strategy(tp=t, pp=1, dp=1, microbatch=b, sequence_parallel=True, flash_attention=False)
+    act = memory.layer_activation_bytes(m, st)
+    assert close(act["none"], s * b * h / t * (34 + 5 * a * s / h))
+    assert close(act["selective"], 34 * s * b * h / t)
+    assert close(act["full"], 2 * s * b * h / t)
+
+
+@pytest.mark.parametrize("sp", [False, True])
+@pytest.mark.parametrize("t", [1, 4])
+def test_flash_attention_drops_score_term(sp, t):
+    h, a, s, b = 4096, 32, 4096, 1
+    m = gpt(h=h, a=a, s=s)
+    st = make_strategy(tp=t, pp=1, dp=1, microbatch=b, sequence_parallel=sp, flash_attention=True)
+    act = memory.layer_activation_bytes(m, st)
+    expected = s * b * h * 34 / t if sp else s * b * h * (10 + 24 / t)
+    assert close(act["none"], expected)
+    # With fused attention there is nothing left for selective recomputation to drop.
+    assert close(act["selective"], expected)
+
+
+def test_context_parallel_splits_sequence():
+    h, a, s, b, c = 4096, 32, 4096, 1, 4
+    m = gpt(h=h, a=a, s=s)
+    st = make_strategy(tp=2, pp=1, dp=1, cp=c, microbatch=b, sequence_parallel=True, flash_attention=True)
+    act = memory.layer_activation_bytes(m, st)
+    assert close(act["none"], (s / c) * b * h * 34 / 2)
+
+
+# --------------------------------------------------------------------------------------
+# Model states: ZeRO (Rajbhandari et al. 2020, arXiv:1910.02054) Sec. 5 with Megatron's
+# fp32 main gradients: 2 bytes of 16-bit weights, 4 of fp32 grads and 12 of optimizer state
+# (fp32 master copy, Adam m and v) per parameter held.  ZeRO-1 shards the optimizer over the
+# data-parallel group (dp * cp ranks), ZeRO-2 also the gradients, ZeRO-3 also the weights;
+# expert parameters shard over the expert-data-parallel group dp * cp / ep.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+@pytest.mark.parametrize("dp,cp,ep", [(8, 1, 1), (4, 2, 1), (8, 1, 4), (16, 2, 8)])
+def test_model_states_zero(zero, dp, cp, ep):
+    m = gpt()
+    st = make_strategy(tp=2, pp=4, dp=dp, cp=cp, ep=ep, zero=zero)
+    pd, pe = 3.0e9, 5.0e9
+    out = memory.memory_bytes(m, st, cd.Efficiency(), {"dense": pd, "expert": pe}, 16.0, EXACT)
+    g, ge = dp * cp, dp * cp / ep
+
+    def states(frac_sharded):
+        return (pd / g + pe / ge) if frac_sharded else (pd + pe)
+
+    assert close(out["weights"], 2.0 * states(zero >= 3))
+    assert close(out["gradients"], 4.0 * states(zero >= 2))
+    assert close(out["optimizer"], 12.0 * states(zero >= 1))
+    if zero == 0:
+        assert close(out["weights"] + out["gradients"] + out["optimizer"], 18.0 * (pd + pe))
+    parts = sum(float(out[k]) for k in ("weights", "gradients", "optimizer", "activations", "buffers"))
+    assert close(out["total"], parts)
+
+
+@pytest.mark.parametrize("pp,v,n_mb", [(1, 1, 8), (4, 1, 32), (4, 1, 2), (8, 3, 64), (4, 2, 4)])
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_pipeline_activations_and_buffers(pp, v, n_mb, recompute):
+    """1F1B: the first stage holds min(p, m) micro-batches of L/p layers, i.e. L layers when
+    m >= p; interleaving multiplies by 1 + (p - 1)/(p v) (Korthikanti Sec. 4.2.3); full
+    recomputation also re-materializes one layer.  Buffers: the all-gathered SP input 2 s b h,
+    fp32 logits 4 s b V / t, and the fixed overhead."""
+    l, h, a, s, V, b, t = 48, 2048, 16, 2048, 51200, 2, 4
+    m = gpt(l=l, h=h, a=a, s=s, V=V)
+    st = make_strategy(
+        tp=t, pp=pp, dp=1, microbatch=b, interleave=v, recompute=recompute, zero=0,
+        sequence_parallel=True, flash_attention=False,
+    )
+    eff = cd.Efficiency()
+    out = memory.memory_bytes(m, st, eff, {"dense": 1e9, "expert": 0.0}, float(n_mb), EXACT)
+    none = s * b * h / t * (34 + 5 * a * s / h)
+    per_layer = {"none": none, "selective": 34 * s * b * h / t, "full": 2 * s * b * h / t}[recompute]
+    factor = 1.0 + (pp - 1) / (pp * v) if v > 1 else 1.0
+    expected = per_layer * (l / pp) * min(pp, n_mb) * factor
+    if recompute == "full":
+        expected += none
+    assert close(out["activations"], expected)
+    buffers = 2 * s * b * h + 4 * s * b * V / t + eff.memory_overhead_gb * 1e9
+    assert close(out["buffers"], buffers)
+
+
+def test_zero3_prefetch_buffer():
+    m = gpt(l=48)
+    st = make_strategy(tp=2, pp=4, dp=8, zero=3, sequence_parallel=False)
+    eff = cd.Efficiency(memory_overhead_gb=0.0)
+    pd = 3.0e9
+    out = memory.memory_bytes(m, st, eff, {"dense": pd, "expert": 0.0}, 16.0, EXACT)
+    tokens = 2048.0
+    # Two layers' gathered 16-bit weights (the stage holds 12 layers) + fp32 logits.
+    assert close(out["buffers"], 2 * 2 * pd / 12 + 4 * tokens * 51200 / 2)
+
+
+# --------------------------------------------------------------------------------------
+# End to end: the report's memory of the worked example, by hand.
+# --------------------------------------------------------------------------------------
+
+
+def test_example_memory_by_hand():
+    cfg = example_config()
+    r = cd.evaluate(*cfg.specs())
+    l, h, V, s, a = 96.0, 12288.0, 51200.0, 2048.0, 96.0
+    tp, pp, dp, v, b = 8.0, 8.0, 16.0, 4.0, 1.0
+    # Most loaded stage: l/pp layers of 12 h^2 + 2h parameters, split tp ways, plus the tied
+    # embedding V h / tp (Megatron keeps it on the first and last stage).
+    pd = (l / pp) * (12 * h**2 + 2 * h) / tp + V * h / tp
+    lp = local_params(cfg.model, cfg.strategy, EXACT)
+    assert close(lp["dense"], pd) and float(lp["expert"]) == 0.0
+    assert close(r.memory_gb["weights"], 2 * pd / 1e9)
+    assert close(r.memory_gb["gradients"], 4 * pd / 1e9)
+    assert close(r.memory_gb["optimizer"], 12 * pd / dp / 1e9)  # ZeRO-1
+    # Selective recompute + SP: 34 s b h / t per layer (flash attention, dropout), L layers in
+    # flight on the first stage, interleaving factor 1 + (p-1)/(p v).
+    n_mb = 1536 / (dp * b)
+    act = 34 * s * b * h / tp * (l / pp) * min(pp, n_mb) * (1 + (pp - 1) / (pp * v))
+    assert close(r.memory_gb["activations"], act / 1e9)
+    buffers = 2 * s * b * h + 4 * s * b * V / tp + 2e9
+    assert close(r.memory_gb["buffers"], buffers / 1e9)
+    terms = sum(float(r.memory_gb[k]) for k in ("weights", "gradients", "optimizer", "activations", "buffers"))
+    assert close(r.memory_gb["total"], terms)
+    assert bool(r.fits) == (terms <= 80.0)
+    del a
+
+
+def test_untied_embedding_on_single_stage():
+    """Untied input and output embeddings both live on the only stage when pp = 1, one each on
+    the first and last stages when pp > 1."""
+    h, V = 4096.0, 128256.0
+    lp1 = local_params(small_config(tp=2, pp=1, dp=32).model, small_config(tp=2, pp=1, dp=32).strategy, EXACT)
+    cfg2 = small_config(tp=2, pp=2, dp=16)
+    lp2 = local_params(cfg2.model, cfg2.strategy, EXACT)
+    layer = h * (h + 2 * 1024) + h * h + 3 * h * 14336 + 2 * h
+    assert close(lp1["dense"], 32 * layer / 2 + 2 * V * h / 2)
+    assert close(lp2["dense"], 16 * layer / 2 + V * h / 2)
+
+
+def test_memory_independent_of_bandwidth():
+    cfg = small_config()
+    r1 = cd.evaluate(*cfg.specs())
+    tiers = (cfg.system.tiers[0], dataclasses.replace(cfg.system.tiers[1], bandwidth_gbps=5.0))
+    r2 = cd.evaluate(cfg.model, cfg.training, dataclasses.replace(cfg.system, tiers=tiers), cfg.strategy)
+    assert float(r1.memory_gb["total"]) == float(r2.memory_gb["total"])
