@@ -6,6 +6,7 @@ loader.  Submodules (``workload``, ``compute``, ``memory``, ``collectives``, ``p
 """
 
 from codesign import config, smoothing
+from codesign.cli import format_report, report_to_dict
 from codesign.config import RunConfig, load_run, load_run_dict
 from codesign.smoothing import EXACT, Smoothing
 from codesign.specs import (
@@ -19,13 +20,19 @@ from codesign.specs import (
     Training,
     make_strategy,
 )
-from codesign.step import BREAKDOWN_KEYS, Report, evaluate, evaluate_unchecked
+from codesign.step import BREAKDOWN_KEYS, MEMORY_KEYS, Report, evaluate, evaluate_unchecked
+from codesign.sweep import SweepResult, sweep
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Accelerator",
     "BREAKDOWN_KEYS",
+    "MEMORY_KEYS",
+    "SweepResult",
+    "format_report",
+    "report_to_dict",
+    "sweep",
     "EXACT",
     "Efficiency",
     "Model",

@@ -19,13 +19,13 @@ def _f(x) -> float:
 
 def report_to_dict(report, cfg=None) -> dict:
     """A JSON-ready dict of a scalar :class:`~codesign.step.Report`."""
-    from codesign.step import BREAKDOWN_KEYS
+    from codesign.step import BREAKDOWN_KEYS, MEMORY_KEYS
 
     cost = {k: _f(v) for k, v in report.cost.items()}
     out = {
         "step_time_s": _f(report.step_time_s),
         "breakdown_s": {k: _f(report.breakdown_s[k]) for k in BREAKDOWN_KEYS},
-        "memory_gb": {k: _f(v) for k, v in report.memory_gb.items()},
+        "memory_gb": {k: _f(report.memory_gb[k]) for k in MEMORY_KEYS},
         "fits": bool(report.fits),
         "mfu": _f(report.mfu),
         "hfu": _f(report.hfu),

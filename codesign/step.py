@@ -38,7 +38,9 @@ from codesign.cost import cluster_cost
 from codesign.smoothing import EXACT, Smoothing, safe_div
 from codesign.specs import Efficiency, Model, Strategy, System, Training, check_all
 
-__all__ = ["Report", "evaluate", "evaluate_unchecked", "parallel_groups", "BREAKDOWN_KEYS"]
+__all__ = ["Report", "evaluate", "evaluate_unchecked", "parallel_groups", "BREAKDOWN_KEYS", "MEMORY_KEYS"]
+
+MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "buffers", "total")
 
 BREAKDOWN_KEYS = (
     "forward",

@@ -174,42 +174,33 @@ class SweepResult:
         return {k: v[j] for (k, v), j in zip(self.axes.items(), idx, strict=True)}
 
     def best(self) -> dict:
+        """The axis values of the best point."""
         return self.point(0)
 
-
-@dataclasses.dataclass
-class SweepResult:
-    """What a sweep returns (host numpy arrays)."""
-
-    axes: dict
-    objective: str
-    num_points: int
-    num_valid: int
-    num_feasible: int
-    best_values: np.ndarray
-    best_indices: np.ndarray
-    profiles: dict
-    wall_s: float
-
-    def point(self, i: int) -> dict:
-        """The axis values of the ``i``-th best point."""
-        idx = np.unravel_index(int(self.best_indices[i]), [len(v) for v in self.axes.values()])
-        return {k: v[j] for (k, v), j in zip(self.axes.items(), idx, strict=True)}
-
-    def best(self) -> dict:
-        return self.point(0)
-
-
-def _build(base: dict, paths, tables, flat_idx, shape, derive_dp: bool):
-    multi = jnp.unravel_index(flat_idx, shape)
-    specs = base
-    for path, table, i in zip(paths, tables, multi, strict=True):
-        specs = set_leaf(specs, path, table[i])
-    if derive_dp:
+    def config(self, i: int, cfg):
+        """The :class:`~codesign.config.RunConfig` of the ``i``-th best point (``dp`` derived)."""
+        specs = {
+            "model": cfg.model,
+            "training": cfg.training,
+            "system": cfg.system,
+            "strategy": cfg.strategy,
+            "efficiency": cfg.efficiency,
+        }
+        for path, value in self.point(i).items():
+            specs = set_leaf(specs, path, jnp.asarray(_axis_table(path, [value])[0]))
+        specs = jax.tree_util.tree_map(lambda x: np.asarray(x, dtype=float) if np.ndim(x) else float(x), specs)
         st, sy = specs["strategy"], specs["system"]
-        dp = sy.num_accelerators / (st.tp * st.pp * st.cp)
-        specs = set_leaf(specs, "strategy.dp", jnp.round(dp))
-    return specs, multi
+        if "strategy.dp" not in self.axes:
+            dp = float(round(sy.num_accelerators / (st.tp * st.pp * st.cp)))
+            specs["strategy"] = dataclasses.replace(st, dp=dp)
+        return dataclasses.replace(
+            cfg,
+            model=specs["model"],
+            training=specs["training"],
+            system=specs["system"],
+            strategy=specs["strategy"],
+            efficiency=specs["efficiency"],
+        )
 
 
 def _split_point(shape, max_block: int) -> int:

@@ -234,7 +234,6 @@ t = np.where(fits, np.asarray(rs.step_time_s), np.inf)
 print(f"fastest pp that fits: pp={pps[int(np.argmin(t))]} ({t.min():.2f} s per step)")
 
 # %% [markdown]
-#
 # ## 5. Search a grid with `codesign.sweep`
 #
 # `codesign.sweep.sweep` evaluates the Cartesian product of a few axes (any leaf, by dotted
@@ -275,7 +274,7 @@ for i in range(min(5, len(res.best_values))):
     print(f"{i + 1}. {res.best_values[i]:6.2f} s   {knobs}")
 
 # %% [markdown]
-# With step time as the objective the fastest network always wins. Minimizing the cost to
+# With step time as the objective the fastest network wins. Minimizing the cost to
 # train (`objective="cost_to_train"`, which needs `training.tokens` in the run file) weighs
 # the network's capex and power against the time it saves. `res.profiles[axis]` holds the
 # best objective at each value of an axis, over all the other axes.
