@@ -21,7 +21,7 @@ from codesign.specs import (
     make_strategy,
 )
 from codesign.step import BREAKDOWN_KEYS, MEMORY_KEYS, Report, evaluate, evaluate_unchecked
-from codesign.sweep import SweepResult, sweep
+from codesign.sweep import SweepResult
 
 __version__ = "0.1.0"
 
@@ -32,7 +32,6 @@ __all__ = [
     "SweepResult",
     "format_report",
     "report_to_dict",
-    "sweep",
     "EXACT",
     "Efficiency",
     "Model",
