@@ -134,7 +134,7 @@ def _register_extra_commands(sub) -> None:
     """Commands of other modules (validate, sweep, optimize) register here when present."""
     import importlib
 
-    for mod in ("codesign.sweep", "codesign.validation"):
+    for mod in ("codesign.validation", "codesign.problem"):
         try:
             m = importlib.import_module(mod)
         except ImportError:

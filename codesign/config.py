@@ -210,7 +210,7 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
         ]
     if not isinstance(tiers_doc, list) or not all(isinstance(t, dict) for t in tiers_doc):
         raise SpecError("system.tiers", tiers_doc, "an array of tables [[system.tiers]]")
-    tiers, tier_names = [], []
+    tiers, tier_names, tier_presets, tier_eff_set = [], [], [], []
     for i, td in enumerate(tiers_doc):
         td = dict(td)
         pname = td.pop("preset", None)
@@ -222,6 +222,8 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
             tier = dataclasses.replace(tier, domain=n)
         tiers.append(tier)
         tier_names.append(label)
+        tier_presets.append(pname)
+        tier_eff_set.append("efficiency" in tb)
     system = _fill(
         System,
         {**sec, "num_accelerators": n},
@@ -230,7 +232,12 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
         extra={"accelerator": accel, "tiers": tuple(tiers)},
     )
     check_system(system)
-    return system, {"accelerator": accel_name or "custom", "tiers": tier_names}
+    return system, {
+        "accelerator": accel_name or "custom",
+        "tiers": tier_names,
+        "tier_presets": tier_presets,
+        "_tier_efficiency_set": tier_eff_set,
+    }
 
 
 def _parse_strategy(sec: dict) -> Strategy:
@@ -268,14 +275,63 @@ def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
     strategy = _parse_strategy(_section(doc, "strategy"))
     eff_sec = _section(doc, "efficiency", required=False)
     eff_name = eff_sec.pop("preset", None)
-    eff_base = _preset("efficiency", eff_name, "efficiency.preset") if eff_name is not None else {}
+    # Without an explicit preset, the calibrated table named like the accelerator preset
+    # (hardware/efficiency.toml) is the default; keys of [efficiency] still override it, and
+    # preset = "uncalibrated" selects the codesign.Efficiency() class defaults.
+    accel_name = sys_names["accelerator"]
+    default_eff = eff_name is None and accel_name in catalog()["efficiency"]
+    base_name = accel_name if default_eff else eff_name
+    eff_base = _preset("efficiency", base_name, "efficiency.preset") if base_name is not None else {}
+    system = _apply_calibrated(eff_base, eff_sec, training, strategy, system, sys_names)
     eff_base.update(eff_sec)
-    skip = {k for k in eff_base if k.startswith("calibrated_") or k in ("rows", "split", "date", "tiers")}
+    skip = {k for k in eff_base if k.startswith("calibrated_") or k in _EFFICIENCY_PROVENANCE_KEYS}
     efficiency = _fill(Efficiency, eff_base, "efficiency", skip=skip)
     if check:
         check_strategy(strategy, model, training, system)
-    names = {"model": model_name, **sys_names, "efficiency": eff_name or "default"}
+    sys_names = {k: v for k, v in sys_names.items() if not k.startswith("_")}
+    eff_label = eff_name or (f"{accel_name} (calibrated default)" if default_eff else "default")
+    names = {"model": model_name, **sys_names, "efficiency": eff_label}
     return RunConfig(model, training, system, strategy, efficiency, names)
+
+
+_EFFICIENCY_PROVENANCE_KEYS = ("rows", "split", "date", "tiers", "inherits")
+"""Keys of an efficiency preset that are provenance, not :class:`Efficiency` fields (besides
+``name``/``source``/``note``/``notes`` and any key starting with ``calibrated_``)."""
+
+
+def _apply_calibrated(eff_base: dict, eff_sec: dict, training, strategy, system, sys_names) -> System:
+    """Apply the ``calibrated_*`` entries of an efficiency preset that depend on the run.
+
+    * ``calibrated_gemm_max_fp8``: ``gemm_max`` of FP8 GEMMs (relative to the FP8 peak), used
+      when ``training.precision = "fp8"`` and ``[efficiency]`` does not set ``gemm_max``;
+    * ``calibrated_attention_eff_unfused``: ``attention_eff`` when the strategy turns fused
+      (flash) attention off and ``[efficiency]`` does not set ``attention_eff``;
+    * ``calibrated_tier_efficiency = {fabric preset = fraction}``: the efficiency of every tier
+      built from that fabric preset whose table does not set ``efficiency`` itself.
+
+    Updates ``eff_base`` in place and returns the system with tier efficiencies applied.
+    """
+    fp8 = eff_base.get("calibrated_gemm_max_fp8")
+    if fp8 is not None and training.precision == "fp8" and "gemm_max" not in eff_sec:
+        eff_base["gemm_max"] = _number("efficiency.calibrated_gemm_max_fp8", fp8)
+    unfused = eff_base.get("calibrated_attention_eff_unfused")
+    if unfused is not None and float(strategy.flash_attention) == 0.0 and "attention_eff" not in eff_sec:
+        eff_base["attention_eff"] = _number("efficiency.calibrated_attention_eff_unfused", unfused)
+    table = eff_base.get("calibrated_tier_efficiency")
+    if not table:
+        return system
+    if not isinstance(table, dict):
+        raise SpecError("efficiency.calibrated_tier_efficiency", table, "a table {fabric preset = fraction}")
+    tiers = list(system.tiers)
+    for i, (pname, explicit) in enumerate(
+        zip(sys_names["tier_presets"], sys_names["_tier_efficiency_set"], strict=True)
+    ):
+        if pname in table and not explicit:
+            v = _number(f"efficiency.calibrated_tier_efficiency.{pname}", table[pname])
+            if not 0.0 < v <= 1.0:
+                raise SpecError(f"efficiency.calibrated_tier_efficiency.{pname}", v, "a fraction in (0, 1]")
+            tiers[i] = dataclasses.replace(tiers[i], efficiency=v)
+    return dataclasses.replace(system, tiers=tuple(tiers))
 
 
 def load_run(path: str | os.PathLike) -> RunConfig:

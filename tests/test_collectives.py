@@ -14,7 +14,14 @@ from codesign import collectives as coll
 from codesign.smoothing import EXACT
 from codesign.specs import Accelerator, System, Tier
 
-ACC = Accelerator(peak_tflops=1000.0, peak_tflops_fp8=2000.0, hbm_gb=80.0, hbm_tbps=3.0, power_w=700.0, price_usd=3e4)
+ACC = Accelerator(
+    peak_tflops=1000.0,
+    peak_tflops_fp8=2000.0,
+    hbm_gb=80.0,
+    hbm_tbps=3.0,
+    power_w=700.0,
+    price_usd=3e4,
+)
 
 A0, B0 = 3e-6, 300e9  # inner tier: latency (s), bandwidth (bytes/s)
 A1, B1 = 5e-6, 25e9  # outer tier
@@ -89,9 +96,12 @@ def test_three_tiers_partial_fan_in():
     group = [(16.0, 4.0)]
     assert [float(x) for x in coll.members_per_tier(group, sy, EXACT)] == [2.0, 8.0, 16.0]
     expected = (
-        1 * 3e-6 + 1 / 2 * S / 300e9
-        + 3 * 5e-6 + 3 / 4 * (S / 2) / 50e9
-        + 1 * 20e-6 + 1 / 2 * (S / 8) / 10e9
+        1 * 3e-6
+        + 1 / 2 * S / 300e9
+        + 3 * 5e-6
+        + 3 / 4 * (S / 2) / 50e9
+        + 1 * 20e-6
+        + 1 / 2 * (S / 8) / 10e9
     )
     assert close(coll.reduce_scatter_time(S, group, sy, EXACT), expected)
 
@@ -130,7 +140,9 @@ def test_p2p_picks_slowest_crossed_tier():
     assert close(coll.p2p_time(S, [(16.0, 1.0)], sy, EXACT), max(A0 + S / B0, A1 + S / B1))
     # Even when the outer tier were faster, the slowest crossed tier is taken.
     fast_outer = two_tier(bandwidth_gbps=900.0, latency_us=1.0)
-    assert close(coll.p2p_time(S, [(16.0, 1.0)], fast_outer, EXACT), max(A0 + S / B0, 1e-6 + S / 900e9))
+    assert close(
+        coll.p2p_time(S, [(16.0, 1.0)], fast_outer, EXACT), max(A0 + S / B0, 1e-6 + S / 900e9)
+    )
 
 
 @pytest.mark.parametrize("over,eff", [(1.0, 1.0), (2.0, 1.0), (1.0, 0.8), (4.0, 0.5)])

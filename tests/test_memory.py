@@ -17,8 +17,15 @@ from codesign.step import local_params
 def gpt(l=24, h=2048, a=16, V=51200, s=2048) -> cd.Model:
     """GPT with ffn = 4h, kv_heads = heads, no gate, dropout (the setting of Korthikanti Sec. 4)."""
     return cd.Model(
-        layers=float(l), hidden=float(h), heads=float(a), kv_heads=float(a), ffn_hidden=4.0 * h,
-        vocab=float(V), seq_len=float(s), dropout=1.0, tied_embeddings=1.0,
+        layers=float(l),
+        hidden=float(h),
+        heads=float(a),
+        kv_heads=float(a),
+        ffn_hidden=4.0 * h,
+        vocab=float(V),
+        seq_len=float(s),
+        dropout=1.0,
+        tied_embeddings=1.0,
     )
 
 
@@ -46,7 +53,9 @@ SHAPES = [(2048, 16, 2048), (12288, 96, 2048), (4096, 32, 4096)]  # (h, a, s)
 @pytest.mark.parametrize("b", [1, 4])
 def test_korthikanti_no_parallelism(h, a, s, b):
     m = gpt(h=h, a=a, s=s)
-    st = make_strategy(tp=1, pp=1, dp=1, microbatch=b, sequence_parallel=False, flash_attention=False)
+    st = make_strategy(
+        tp=1, pp=1, dp=1, microbatch=b, sequence_parallel=False, flash_attention=False
+    )
     act = memory.layer_activation_bytes(m, st)
     assert close(act["none"], s * b * h * (34 + 5 * a * s / h))
     assert close(act["selective"], 34 * s * b * h)
@@ -58,7 +67,9 @@ def test_korthikanti_no_parallelism(h, a, s, b):
 def test_korthikanti_tensor_parallel(h, a, s, t):
     b = 2
     m = gpt(h=h, a=a, s=s)
-    st = make_strategy(tp=t, pp=1, dp=1, microbatch=b, sequence_parallel=False, flash_attention=False)
+    st = make_strategy(
+        tp=t, pp=1, dp=1, microbatch=b, sequence_parallel=False, flash_attention=False
+    )
     act = memory.layer_activation_bytes(m, st)
     assert close(act["none"], s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
     # Full recomputation without SP keeps the full layer input on every TP rank.
@@ -70,7 +81,9 @@ def test_korthikanti_tensor_parallel(h, a, s, t):
 def test_korthikanti_tensor_sequence_parallel(h, a, s, t):
     b = 2
     m = gpt(h=h, a=a, s=s)
-    st = make_strategy(tp=t, pp=1, dp=1, microbatch=b, sequence_parallel=True, flash_attention=False)
+    st = make_strategy(
+        tp=t, pp=1, dp=1, microbatch=b, sequence_parallel=True, flash_attention=False
+    )
     act = memory.layer_activation_bytes(m, st)
     assert close(act["none"], s * b * h / t * (34 + 5 * a * s / h))
     assert close(act["selective"], 34 * s * b * h / t)
@@ -93,7 +106,9 @@ def test_flash_attention_drops_score_term(sp, t):
 def test_context_parallel_splits_sequence():
     h, a, s, b, c = 4096, 32, 4096, 1, 4
     m = gpt(h=h, a=a, s=s)
-    st = make_strategy(tp=2, pp=1, dp=1, cp=c, microbatch=b, sequence_parallel=True, flash_attention=True)
+    st = make_strategy(
+        tp=2, pp=1, dp=1, cp=c, microbatch=b, sequence_parallel=True, flash_attention=True
+    )
     act = memory.layer_activation_bytes(m, st)
     assert close(act["none"], (s / c) * b * h * 34 / 2)
 
@@ -124,7 +139,9 @@ def test_model_states_zero(zero, dp, cp, ep):
     assert close(out["optimizer"], 12.0 * states(zero >= 1))
     if zero == 0:
         assert close(out["weights"] + out["gradients"] + out["optimizer"], 18.0 * (pd + pe))
-    parts = sum(float(out[k]) for k in ("weights", "gradients", "optimizer", "activations", "buffers"))
+    parts = sum(
+        float(out[k]) for k in ("weights", "gradients", "optimizer", "activations", "buffers")
+    )
     assert close(out["total"], parts)
 
 
@@ -138,13 +155,22 @@ def test_pipeline_activations_and_buffers(pp, v, n_mb, recompute):
     l, h, a, s, V, b, t = 48, 2048, 16, 2048, 51200, 2, 4
     m = gpt(l=l, h=h, a=a, s=s, V=V)
     st = make_strategy(
-        tp=t, pp=pp, dp=1, microbatch=b, interleave=v, recompute=recompute, zero=0,
-        sequence_parallel=True, flash_attention=False,
+        tp=t,
+        pp=pp,
+        dp=1,
+        microbatch=b,
+        interleave=v,
+        recompute=recompute,
+        zero=0,
+        sequence_parallel=True,
+        flash_attention=False,
     )
     eff = cd.Efficiency()
     out = memory.memory_bytes(m, st, eff, {"dense": 1e9, "expert": 0.0}, float(n_mb), EXACT)
     none = s * b * h / t * (34 + 5 * a * s / h)
-    per_layer = {"none": none, "selective": 34 * s * b * h / t, "full": 2 * s * b * h / t}[recompute]
+    per_layer = {"none": none, "selective": 34 * s * b * h / t, "full": 2 * s * b * h / t}[
+        recompute
+    ]
     factor = 1.0 + (pp - 1) / (pp * v) if v > 1 else 1.0
     expected = per_layer * (l / pp) * min(pp, n_mb) * factor
     if recompute == "full":
@@ -173,7 +199,7 @@ def test_zero3_prefetch_buffer():
 def test_example_memory_by_hand():
     cfg = example_config()
     r = cd.evaluate(*cfg.specs())
-    l, h, V, s, a = 96.0, 12288.0, 51200.0, 2048.0, 96.0
+    l, h, V, s = 96.0, 12288.0, 51200.0, 2048.0
     tp, pp, dp, v, b = 8.0, 8.0, 16.0, 4.0, 1.0
     # Most loaded stage: l/pp layers of 12 h^2 + 2h parameters, split tp ways, plus the tied
     # embedding V h / tp (Megatron keeps it on the first and last stage).
@@ -190,17 +216,20 @@ def test_example_memory_by_hand():
     assert close(r.memory_gb["activations"], act / 1e9)
     buffers = 2 * s * b * h + 4 * s * b * V / tp + 2e9
     assert close(r.memory_gb["buffers"], buffers / 1e9)
-    terms = sum(float(r.memory_gb[k]) for k in ("weights", "gradients", "optimizer", "activations", "buffers"))
+    terms = sum(
+        float(r.memory_gb[k])
+        for k in ("weights", "gradients", "optimizer", "activations", "buffers")
+    )
     assert close(r.memory_gb["total"], terms)
     assert bool(r.fits) == (terms <= 80.0)
-    del a
 
 
 def test_untied_embedding_on_single_stage():
     """Untied input and output embeddings both live on the only stage when pp = 1, one each on
     the first and last stages when pp > 1."""
     h, V = 4096.0, 128256.0
-    lp1 = local_params(small_config(tp=2, pp=1, dp=32).model, small_config(tp=2, pp=1, dp=32).strategy, EXACT)
+    cfg1 = small_config(tp=2, pp=1, dp=32)
+    lp1 = local_params(cfg1.model, cfg1.strategy, EXACT)
     cfg2 = small_config(tp=2, pp=2, dp=16)
     lp2 = local_params(cfg2.model, cfg2.strategy, EXACT)
     layer = h * (h + 2 * 1024) + h * h + 3 * h * 14336 + 2 * h
@@ -212,5 +241,7 @@ def test_memory_independent_of_bandwidth():
     cfg = small_config()
     r1 = cd.evaluate(*cfg.specs())
     tiers = (cfg.system.tiers[0], dataclasses.replace(cfg.system.tiers[1], bandwidth_gbps=5.0))
-    r2 = cd.evaluate(cfg.model, cfg.training, dataclasses.replace(cfg.system, tiers=tiers), cfg.strategy)
+    r2 = cd.evaluate(
+        cfg.model, cfg.training, dataclasses.replace(cfg.system, tiers=tiers), cfg.strategy
+    )
     assert float(r1.memory_gb["total"]) == float(r2.memory_gb["total"])

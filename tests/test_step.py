@@ -21,11 +21,23 @@ CONFIGS = {
     "llama8b-small": small_config,
     "llama8b-full-zero3-cp": lambda: small_config(tp=2, pp=2, dp=8, cp=2, recompute="full", zero=3),
     "llama8b-none-zero0-nosp": lambda: small_config(
-        tp=4, pp=1, dp=16, recompute="none", zero=0, sequence_parallel=False, flash_attention=False,
+        tp=4,
+        pp=1,
+        dp=16,
+        recompute="none",
+        zero=0,
+        sequence_parallel=False,
+        flash_attention=False,
         microbatch=2,
     ),
     "llama8b-zero2-pp-inner": lambda: small_config(
-        tp=2, pp=4, dp=8, zero=2, interleave=2, overlap_tp=True, placement=["pp", "tp", "cp", "ep", "dp"]
+        tp=2,
+        pp=4,
+        dp=8,
+        zero=2,
+        interleave=2,
+        overlap_tp=True,
+        placement=["pp", "tp", "cp", "ep", "dp"],
     ),
     "mixtral-ep": lambda: cd.load_run_dict(
         {
@@ -57,12 +69,17 @@ def test_breakdown_and_memory_sum(name):
     total = sum(float(r.breakdown_s[k]) for k in cd.BREAKDOWN_KEYS)
     assert math.isclose(float(r.step_time_s), total, rel_tol=1e-12)
     assert all(float(v) >= 0.0 for v in r.breakdown_s.values())
-    mem = sum(float(r.memory_gb[k]) for k in ("weights", "gradients", "optimizer", "activations", "buffers"))
+    mem = sum(
+        float(r.memory_gb[k])
+        for k in ("weights", "gradients", "optimizer", "activations", "buffers")
+    )
     assert math.isclose(float(r.memory_gb["total"]), mem, rel_tol=1e-12)
     assert bool(r.fits) == (float(r.memory_gb["total"]) <= float(cfg.system.accelerator.hbm_gb))
     tokens = float(cfg.training.global_batch) * float(cfg.model.seq_len)
     assert math.isclose(float(r.tokens_per_s), tokens / float(r.step_time_s), rel_tol=1e-12)
-    n_mb = math.ceil(float(cfg.training.global_batch) / (float(cfg.strategy.dp) * float(cfg.strategy.microbatch)))
+    n_mb = math.ceil(
+        float(cfg.training.global_batch) / (float(cfg.strategy.dp) * float(cfg.strategy.microbatch))
+    )
     assert float(r.num_microbatches) == n_mb
     assert all(math.isfinite(x) for x in allfloat(r))
 
@@ -73,12 +90,18 @@ def test_example_pipeline_terms_by_hand():
     r = report_of(cfg)
     b = r.breakdown_s
     n_mb = 96.0
-    t_mb = sum(float(b[k]) for k in ("forward", "backward", "recompute", "tp_comm", "cp_comm", "ep_comm")) / n_mb
+    t_mb = (
+        sum(
+            float(b[k])
+            for k in ("forward", "backward", "recompute", "tp_comm", "cp_comm", "ep_comm")
+        )
+        / n_mb
+    )
     assert math.isclose(float(b["pp_bubble"]), (8 - 1) / 4 * t_mb, rel_tol=1e-12)
     assert math.isclose(float(b["backward"]), 2 * float(b["forward"]), rel_tol=1e-12)
 
 
-def test_data_parallel_only_has_no_pipeline_terms(small_cfg):
+def test_data_parallel_only_has_no_pipeline_terms():
     cfg = small_config(tp=1, pp=1, dp=64)
     r = report_of(cfg)
     for k in ("pp_bubble", "pp_p2p", "tp_comm", "cp_comm", "ep_comm"):
@@ -91,7 +114,9 @@ def test_data_parallel_only_has_no_pipeline_terms(small_cfg):
 def assert_reports_close(a, b, rtol=1e-12):
     la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
     assert len(la) == len(lb)
-    np.testing.assert_allclose(np.asarray(la, dtype=float), np.asarray(lb, dtype=float), rtol=rtol, atol=0)
+    np.testing.assert_allclose(
+        np.asarray(la, dtype=float), np.asarray(lb, dtype=float), rtol=rtol, atol=0
+    )
 
 
 def test_jit_equals_eager_as_loaded():
@@ -118,10 +143,16 @@ def stack(*trees):
 
 
 def test_vmap_over_strategies():
-    cfgs = [small_config(), small_config(tp=4, pp=2, dp=8, recompute="full"), small_config(tp=1, pp=4, dp=16, zero=3)]
+    cfgs = [
+        small_config(),
+        small_config(tp=4, pp=2, dp=8, recompute="full"),
+        small_config(tp=1, pp=4, dp=16, zero=3),
+    ]
     m, tr, sy, _, eff = cfgs[0].specs()
     strategies = stack(*[c.strategy for c in cfgs])
-    batched = jax.jit(jax.vmap(cd.evaluate_unchecked, in_axes=(None, None, None, 0, None)))(m, tr, sy, strategies, eff)
+    batched = jax.jit(jax.vmap(cd.evaluate_unchecked, in_axes=(None, None, None, 0, None)))(
+        m, tr, sy, strategies, eff
+    )
     for i, c in enumerate(cfgs):
         single = report_of(c)
         assert_reports_close(jax.tree.map(lambda x, i=i: x[i], batched), single)
@@ -132,7 +163,9 @@ def test_vmap_over_bandwidth():
     m, tr, sy, st, eff = cfg.specs()
     bws = [12.5, 50.0, 200.0]
     systems = stack(*[with_tier(sy, 1, bandwidth_gbps=b) for b in bws])
-    batched = jax.vmap(cd.evaluate_unchecked, in_axes=(None, None, 0, None, None))(m, tr, systems, st, eff)
+    batched = jax.vmap(cd.evaluate_unchecked, in_axes=(None, None, 0, None, None))(
+        m, tr, systems, st, eff
+    )
     for i, b in enumerate(bws):
         single = cd.evaluate(m, tr, with_tier(sy, 1, bandwidth_gbps=b), st, eff)
         assert_reports_close(jax.tree.map(lambda x, i=i: x[i], batched), single)
@@ -152,7 +185,9 @@ SWEEP_AXES = {
 def _point_report(cfg, tp, pp, rec, bw):
     n = float(cfg.system.num_accelerators)
     c = small_config(tp=tp, pp=pp, dp=int(n / (tp * pp)), recompute=rec)
-    return cd.evaluate(c.model, c.training, with_tier(c.system, 1, bandwidth_gbps=bw), c.strategy, c.efficiency)
+    return cd.evaluate(
+        c.model, c.training, with_tier(c.system, 1, bandwidth_gbps=bw), c.strategy, c.efficiency
+    )
 
 
 def test_sweep_matches_individual_points():
@@ -179,8 +214,11 @@ def test_sweep_matches_individual_points():
     for a, name in enumerate(names):
         for j, val in enumerate(SWEEP_AXES[name]):
             best = min(
-                (v for flat, v in values.items()
-                 if np.unravel_index(flat, [len(x) for x in SWEEP_AXES.values()])[a] == j),
+                (
+                    v
+                    for flat, v in values.items()
+                    if np.unravel_index(flat, [len(x) for x in SWEEP_AXES.values()])[a] == j
+                ),
                 default=math.inf,
             )
             assert math.isclose(res.profiles[name][j], best, rel_tol=1e-12), (name, val)
@@ -194,7 +232,9 @@ def test_sweep_sharded_equals_single_device():
     one = sweep(cfg, SWEEP_AXES, devices=jax.devices()[:1], **kw)
     assert len(jax.devices()) == 4
     assert (many.num_valid, many.num_feasible) == (one.num_valid, one.num_feasible)
-    assert dict(zip(many.best_indices.tolist(), many.best_values.tolist(), strict=True)) == pytest.approx(
+    assert dict(
+        zip(many.best_indices.tolist(), many.best_values.tolist(), strict=True)
+    ) == pytest.approx(
         dict(zip(one.best_indices.tolist(), one.best_values.tolist(), strict=True)), rel=1e-12
     )
     np.testing.assert_allclose(many.best_values, one.best_values, rtol=1e-12)
@@ -212,8 +252,13 @@ def test_no_recompilation_when_values_change():
     before = step_mod._evaluate_jit._cache_size()
     times = []
     for bw in (12.5, 25.0, 100.0):
-        times.append(float(cd.evaluate(m, tr, with_tier(sy, 1, bandwidth_gbps=bw), st, eff).step_time_s))
-    for c in (small_config(tp=4, pp=1, dp=16, recompute="full", zero=3), small_config(tp=1, pp=8, dp=8, zero=0)):
+        times.append(
+            float(cd.evaluate(m, tr, with_tier(sy, 1, bandwidth_gbps=bw), st, eff).step_time_s)
+        )
+    for c in (
+        small_config(tp=4, pp=1, dp=16, recompute="full", zero=3),
+        small_config(tp=1, pp=8, dp=8, zero=0),
+    ):
         cd.evaluate(*c.specs())
     assert step_mod._evaluate_jit._cache_size() == before
     assert len(set(times)) > 1  # the values really changed the result
@@ -227,6 +272,7 @@ def test_no_recompilation_when_values_change():
 
 
 # ---- gradients -------------------------------------------------------------------------
+
 
 def _step_time(m, tr, sy, st, eff):
     return cd.evaluate_unchecked(m, tr, sy, st, eff).step_time_s
@@ -288,10 +334,14 @@ def test_costs_by_hand():
     assert math.isclose(float(r.cost["usd_per_hour"]), usd_per_hour, rel_tol=1e-12)
     step = float(r.step_time_s)
     assert math.isclose(float(r.cost["usd_per_step"]), usd_per_hour * step / 3600.0, rel_tol=1e-12)
-    assert math.isclose(float(r.cost["energy_kwh_per_step"]), power_kw * step / 3600.0, rel_tol=1e-12)
+    assert math.isclose(
+        float(r.cost["energy_kwh_per_step"]), power_kw * step / 3600.0, rel_tol=1e-12
+    )
     steps = 3.0e11 / (1536.0 * 2048.0)
     assert math.isclose(float(r.cost["time_to_train_days"]), steps * step / 86400.0, rel_tol=1e-12)
-    assert math.isclose(float(r.cost["cost_to_train_usd"]), steps * usd_per_hour * step / 3600.0, rel_tol=1e-12)
+    assert math.isclose(
+        float(r.cost["cost_to_train_usd"]), steps * usd_per_hour * step / 3600.0, rel_tol=1e-12
+    )
 
 
 def test_capex_general_formula():
@@ -314,3 +364,192 @@ def test_no_tokens_means_zero_time_to_train():
 def test_small_doc_is_checked():
     with pytest.raises(cd.SpecError):
         cd.load_run_dict(small_doc(tp=3, pp=2, dp=16))
+
+
+# ---- the worked example's time terms by hand ------------------------------------------
+
+
+def test_example_time_terms_by_hand():
+    """GPT-3 175B, 1024 A100-80GB, tp 8 pp 8 (v = 4) dp 16, b = 1, SP, selective, ZeRO-1,
+    flash attention, default efficiencies; every term from the documented formulas."""
+    cfg = example_config()
+    r = report_of(cfg)
+    b = {k: float(v) for k, v in r.breakdown_s.items()}
+    eff = cd.Efficiency()
+    l, h, V, s, B = 96.0, 12288.0, 51200.0, 2048.0, 1536.0
+    tp, pp, dp, v = 8.0, 8.0, 16.0, 4.0
+    n_mb, lps, tokens = B / dp, l / pp, s  # micro-batch of 1 sequence, no CP
+    peak, hbm = 312e12, 2.039e12 * eff.hbm_eff
+
+    def g(m_, n_, k_):  # GEMM at gemm_max * d / (d + d_half) of peak, d = min dimension
+        d = min(m_, n_, k_)
+        return 2 * m_ * n_ * k_ / (peak * eff.gemm_max * d / (d + eff.gemm_half_dim))
+
+    gemm = (
+        g(tokens, 3 * h / tp, h)
+        + g(tokens, h, h / tp)
+        + g(tokens, 4 * h / tp, h)
+        + g(tokens, h, 4 * h / tp)
+    )
+    attention = 4 * tokens * s * h / tp / (peak * eff.attention_eff)
+    elementwise = eff.elementwise_traffic * (34 * s * h / tp) / hbm  # Korthikanti: SP, flash
+    logits = g(tokens, V / tp, h)
+    t_fwd = lps * (gemm + attention + elementwise) + logits
+    assert math.isclose(b["forward"], n_mb * t_fwd, rel_tol=1e-12)
+    assert math.isclose(b["backward"], 2 * n_mb * t_fwd, rel_tol=1e-12)
+    assert math.isclose(b["recompute"], n_mb * lps * attention, rel_tol=1e-12)
+
+    # TP: 2 forward + 2 backward all-reduces (RS + AG with SP) of the b s h bf16 activations
+    # per layer, ring of 8 on NVLink 3 (300 GB/s, 3 us).
+    S = 2 * tokens * h
+    ar = 2 * (7 * 3e-6 + 7 / 8 * S / 300e9)
+    t_tp = lps * 4 * ar
+    assert math.isclose(b["tp_comm"], n_mb * t_tp, rel_tol=1e-12)
+    for k in ("cp_comm", "ep_comm", "overhead"):
+        assert b[k] == 0.0
+
+    # 1F1B interleaved bubble: (p - 1)/v micro-batch times.
+    t_mb = 3 * t_fwd + lps * attention + t_tp
+    assert math.isclose(b["pp_bubble"], (pp - 1) / v * t_mb, rel_tol=1e-12)
+
+    # P2P: stages are tp*dp = 128 ranks apart, so every hop crosses HDR IB (25 GB/s, 5 us);
+    # b s h / t bf16 elements per message (scatter/gather, Narayanan Sec. 4.1); warm-up and
+    # cool-down p - 1 plus all n_mb v steady-state transfers exposed (p2p_overlap_eff = 0),
+    # forward and backward.
+    p2p_one = 5e-6 + 2 * tokens * h / tp / 25e9
+    assert math.isclose(b["pp_p2p"], 2 * p2p_one * ((pp - 1) + n_mb * v), rel_tol=1e-12)
+
+    # DP (ZeRO-1, Megatron distributed optimizer): reduce-scatter fp32 grads and all-gather
+    # bf16 weights over the 16 dp ranks, 8 ranks apart: one per node, a ring of 16 on IB;
+    # hidden behind dp_overlap_eff of one micro-batch's forward + backward.
+    pd = lps * (12 * h**2 + 2 * h) / tp + V * h / tp
+
+    def rs(size):
+        return 15 * 5e-6 + 15 / 16 * size / 25e9
+
+    t_dp = rs(4 * pd) + rs(2 * pd)
+    assert math.isclose(
+        b["dp_comm"], max(t_dp - eff.dp_overlap_eff * 3 * t_fwd, 0.0), rel_tol=1e-12
+    )
+
+    # Optimizer: optimizer_bytes_per_param over the ZeRO-1 shard at hbm_eff of HBM bandwidth.
+    assert math.isclose(
+        b["optimizer"], eff.optimizer_bytes_per_param * pd / dp / hbm, rel_tol=1e-12
+    )
+    assert math.isclose(float(r.step_time_s), sum(b.values()), rel_tol=1e-12)
+
+
+def test_moe_expert_parallel_terms_by_hand():
+    """Mixtral 8x7B, 64 H100, tp 2 pp 2 dp 16 ep 8, SP, selective (no CP): the all-to-all of
+    each MoE layer's top-2 slots (Lepikhin et al. 2020), 2 forward + 2 backward per layer;
+    the ep group holds 8 consecutive dp ranks at stride tp = 2: 4 per NVLink node (share 3/8)
+    and 8 over IB (share 4/8)."""
+    cfg = CONFIGS["mixtral-ep"]()
+    r = report_of(cfg)
+    h, s, l, k, pp, tp = 4096.0, 4096.0, 32.0, 2.0, 2.0, 2.0
+    n_mb = 256 / 16
+    tokens = s / tp  # with SP each TP rank dispatches its 1/tp of the tokens
+    S = 2 * tokens * k * h
+    a2a = (2.5e-6 + 3 / 8 * S / 450e9) + (5e-6 + 4 / 8 * S / 50e9)
+    t_ep = l / pp * 4 * a2a
+    assert math.isclose(float(r.breakdown_s["ep_comm"]), n_mb * t_ep, rel_tol=1e-12)
+    # Expert parameters: 8 experts x 3 h f per layer, sharded tp x ep ways.
+    expert = (l / pp) * 8 * 3 * h * 14336 / (tp * 8)
+    assert math.isclose(float(r.params["local_expert"]), expert, rel_tol=1e-12)
+
+
+def _rs_time(size, fans, tiers):
+    """Hierarchical ring reduce-scatter by hand: fans r_t, tiers (latency s, bandwidth B/s)."""
+    total, prev = 0.0, 1.0
+    for r, (alpha, beta) in zip(fans, tiers, strict=True):
+        total += (r - 1) * alpha + (r - 1) / r * (size / prev) / beta
+        prev *= r
+    return total
+
+
+@pytest.mark.parametrize("zero", [0, 1, 3])
+def test_dense_model_dp_comm_by_hand_three_tiers(zero):
+    """Llama 3 8B on 2 x 64 H100 in two regions (nvlink4 x 8, NDR IB x 64, cross-region link),
+    tp 8, dp 16, data-parallel communication not overlapped.  A dense model has no expert
+    parameters, so the data-parallel traffic is that of the dense gradients only:
+    ZeRO-0 all-reduces the fp32 gradients (= 2 reduce-scatters), ZeRO-1/2 reduce-scatter
+    them and all-gather the bf16 weights, ZeRO-3 does that every micro-batch with two
+    all-gathers (forward and backward)."""
+    d = {
+        "model": {"preset": "llama3-8b"},
+        "training": {"global_batch": 512},
+        "system": {
+            "accelerator": "h100-sxm5-80gb",
+            "num_accelerators": 128,
+            "tiers": [
+                {"preset": "nvlink4", "domain": 8},
+                {"preset": "ib-ndr-400", "domain": 64},
+                {"preset": "cross-region"},
+            ],
+        },
+        "strategy": {"tp": 8, "pp": 1, "dp": 16, "zero": zero, "overlap_dp": False},
+    }
+    cfg = cd.load_run_dict(d)
+    r = report_of(cfg)
+    h, V, f = 4096.0, 128256.0, 14336.0
+    layer = h * (h + 2 * 1024) + h * h + 3 * h * f + 2 * h
+    pd = 32 * layer / 8 + 2 * V * h / 8  # untied embeddings, single stage
+    assert math.isclose(float(r.params["local_dense"]), pd, rel_tol=1e-12)
+    # dp ranks are 8 apart: none share a node, 8 share an IB domain, 2 regions.
+    fans = [1, 8, 2]
+    tiers = [(2.5e-6, 450e9), (5e-6, 50e9), (10000e-6, 1e9)]
+    rs4, ag2 = _rs_time(4 * pd, fans, tiers), _rs_time(2 * pd, fans, tiers)
+    n_mb = 512 / 16
+    expected = {0: 2 * rs4, 1: rs4 + ag2, 3: n_mb * (rs4 + 2 * ag2)}[zero]
+    assert math.isclose(float(r.breakdown_s["dp_comm"]), expected, rel_tol=1e-12)
+
+
+def test_moe_dp_comm_by_hand():
+    """Mixtral on 64 H100, tp 2 pp 2 dp 16 ep 8, ZeRO-1, no overlap: the dense parameters
+    reduce over the 16 dp ranks (2 apart: 4 per node, 16 over IB), the expert parameters over
+    the expert-data-parallel group of dp/ep = 2 ranks, 16 apart (different nodes)."""
+    d = {
+        "model": {"preset": "mixtral-8x7b"},
+        "training": {"global_batch": 256},
+        "system": {"accelerator": "h100-sxm5-80gb", "num_accelerators": 64},
+        "strategy": {"tp": 2, "pp": 2, "dp": 16, "ep": 8, "overlap_dp": False},
+    }
+    cfg = cd.load_run_dict(d)
+    r = report_of(cfg)
+    pd, pe = float(r.params["local_dense"]), float(r.params["local_expert"])
+    h, V = 4096.0, 32000.0
+    attn = h * (h + 2 * 1024) + h * h
+    assert math.isclose(pd, 16 * (attn + 2 * h + 8 * h) / 2 + V * h / 2, rel_tol=1e-12)
+    tiers = [(2.5e-6, 450e9), (5e-6, 50e9)]
+    dense = _rs_time(4 * pd, [4, 4], tiers) + _rs_time(2 * pd, [4, 4], tiers)
+    expert = _rs_time(4 * pe, [1, 2], tiers) + _rs_time(2 * pe, [1, 2], tiers)
+    assert math.isclose(float(r.breakdown_s["dp_comm"]), dense + expert, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("recompute", ["selective", "full"])
+def test_context_parallel_comm_by_hand(recompute):
+    """Llama 3 8B, tp 2 pp 2 dp 8 cp 2 with cp laid outermost (its 2 ranks in different
+    nodes) and a slow 2 GB/s scale-out: each layer all-gathers K and V (2 x 2 bytes x b s kv/t)
+    once forward and twice backward (AG + RS of the gradients), once more under full
+    recomputation, each hidden behind cp_overlap_eff of the layer's attention."""
+    doc = small_doc(
+        tp=2, pp=2, dp=8, cp=2, recompute=recompute, placement=["tp", "ep", "dp", "pp", "cp"]
+    )
+    doc["system"]["tiers"] = [
+        {"preset": "nvlink4", "domain": 8},
+        {"preset": "ib-ndr-400", "domain": 64, "bandwidth_gbps": 2.0},
+    ]
+    cfg = cd.load_run_dict(doc)
+    r = report_of(cfg)
+    eff = cd.Efficiency()
+    s, q, kv, tp, cp, lps = 8192.0, 4096.0, 1024.0, 2.0, 2.0, 16.0
+    S = 2 * 2 * s * kv / tp
+    ag = 5e-6 + 1 / 2 * S / 2e9
+    attention = 4 * (s / cp) * s * q / tp / (989.4e12 * eff.attention_eff)
+    exposed = max(ag - eff.cp_overlap_eff * attention, 0.0)
+    assert exposed > 0
+    passes = 3 + (recompute == "full")
+    n_mb = 512 / 8
+    assert math.isclose(
+        float(r.breakdown_s["cp_comm"]), n_mb * lps * passes * exposed, rel_tol=1e-12
+    )

@@ -16,8 +16,15 @@ from codesign.config import model_preset
 def gpt(l=24, h=2048, a=16, V=51200, s=2048, tied=0.0, dropout=1.0) -> cd.Model:
     """A plain GPT layer stack: ffn = 4h, kv_heads = heads, GeLU MLP (no gate)."""
     return cd.Model(
-        layers=float(l), hidden=float(h), heads=float(a), kv_heads=float(a), ffn_hidden=4.0 * h,
-        vocab=float(V), seq_len=float(s), tied_embeddings=tied, dropout=dropout,
+        layers=float(l),
+        hidden=float(h),
+        heads=float(a),
+        kv_heads=float(a),
+        ffn_hidden=4.0 * h,
+        vocab=float(V),
+        seq_len=float(s),
+        tied_embeddings=tied,
+        dropout=dropout,
     )
 
 
@@ -55,8 +62,15 @@ def test_model_flops_narayanan_eq3_no_recompute(l, h, a, V, s, B, tied):
 def _custom_gpt_doc(recompute: str) -> dict:
     doc = small_doc(tp=2, pp=2, dp=16, recompute=recompute)
     doc["model"] = {
-        "layers": 24, "hidden": 2048, "heads": 16, "kv_heads": 16, "ffn_hidden": 8192,
-        "vocab": 51200, "seq_len": 2048, "tied_embeddings": False, "dropout": True,
+        "layers": 24,
+        "hidden": 2048,
+        "heads": 16,
+        "kv_heads": 16,
+        "ffn_hidden": 8192,
+        "vocab": 51200,
+        "seq_len": 2048,
+        "tied_embeddings": False,
+        "dropout": True,
     }
     return doc
 
@@ -66,16 +80,27 @@ def test_hfu_full_recompute_narayanan_eq3():
     m, tr, sy = cfg.model, cfg.training, cfg.system
     B, s, l, h, V = 512.0, 2048.0, 24.0, 2048.0, 51200.0
     r = cd.evaluate(*cfg.specs())
-    hardware_flops = float(r.hfu) * float(r.step_time_s) * float(sy.num_accelerators) * float(
-        sy.accelerator.peak_tflops
-    ) * 1e12
+    hardware_flops = (
+        float(r.hfu)
+        * float(r.step_time_s)
+        * float(sy.num_accelerators)
+        * float(sy.accelerator.peak_tflops)
+        * 1e12
+    )
     expected = 96.0 * B * s * l * h**2 * (1.0 + s / (6.0 * h) + V / (16.0 * l * h))
     assert rel(hardware_flops, expected) < 1e-12
     # MFU counts the model FLOPs only (no recomputation).
-    model_flops = float(r.mfu) * float(r.step_time_s) * float(sy.num_accelerators) * float(
-        sy.accelerator.peak_tflops
-    ) * 1e12
-    assert rel(model_flops, 72.0 * B * s * l * h**2 * (1.0 + s / (6.0 * h) + V / (12.0 * l * h))) < 1e-12
+    model_flops = (
+        float(r.mfu)
+        * float(r.step_time_s)
+        * float(sy.num_accelerators)
+        * float(sy.accelerator.peak_tflops)
+        * 1e12
+    )
+    assert (
+        rel(model_flops, 72.0 * B * s * l * h**2 * (1.0 + s / (6.0 * h) + V / (12.0 * l * h)))
+        < 1e-12
+    )
     assert rel(r.model_flops_per_step, workload.model_flops_per_step(m, tr.global_batch)) < 1e-15
 
 
@@ -89,7 +114,12 @@ def test_hfu_selective_and_none():
         cfg = cd.load_run_dict(_custom_gpt_doc(mode))
         sy = cfg.system
         r = cd.evaluate(*cfg.specs())
-        denom = float(r.step_time_s) * float(sy.num_accelerators) * float(sy.accelerator.peak_tflops) * 1e12
+        denom = (
+            float(r.step_time_s)
+            * float(sy.num_accelerators)
+            * float(sy.accelerator.peak_tflops)
+            * 1e12
+        )
         assert rel(float(r.hfu) * denom, model + extra) < 1e-12, mode
         assert rel(float(r.mfu) * denom, model) < 1e-12, mode
 
