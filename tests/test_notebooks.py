@@ -13,11 +13,10 @@ import re
 import sys
 from pathlib import Path
 
+import ipykernel  # noqa: F401  (the test extras install it; a missing one must fail)
+import jupytext
+import nbclient
 import pytest
-
-jupytext = pytest.importorskip("jupytext")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("ipykernel")
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
