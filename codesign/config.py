@@ -32,8 +32,10 @@ from codesign.specs import (
     System,
     Tier,
     Training,
+    check_efficiency,
     check_model,
     check_strategy,
+    check_training,
     check_system,
     make_strategy,
 )
@@ -182,10 +184,7 @@ def _parse_training(sec: dict) -> Training:
         raise SpecError("training.precision", precision, f"one of {list(PRECISIONS)}")
     t = _fill(Training, sec, "training", skip={"precision"})
     t = dataclasses.replace(t, precision=precision)
-    if t.global_batch <= 0 or t.global_batch != round(t.global_batch):
-        raise SpecError("training.global_batch", t.global_batch, "a positive integer (sequences per step)")
-    if t.tokens < 0:
-        raise SpecError("training.tokens", t.tokens, "a non-negative number of tokens")
+    check_training(t)
     return t
 
 
@@ -215,6 +214,8 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
         td = dict(td)
         pname = td.pop("preset", None)
         label = td.get("name", pname or f"tier{i}")
+        if not isinstance(label, str):
+            raise SpecError(f"system.tiers[{i}].name", label, "a string")
         tb = _preset("fabrics", pname, f"system.tiers[{i}].preset") if pname is not None else {}
         tb.update(td)
         tier = _fill(Tier, tb, f"system.tiers[{i}]")
@@ -286,6 +287,7 @@ def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
     eff_base.update(eff_sec)
     skip = {k for k in eff_base if k.startswith("calibrated_") or k in _EFFICIENCY_PROVENANCE_KEYS}
     efficiency = _fill(Efficiency, eff_base, "efficiency", skip=skip)
+    check_efficiency(efficiency)
     if check:
         check_strategy(strategy, model, training, system)
     sys_names = {k: v for k, v in sys_names.items() if not k.startswith("_")}

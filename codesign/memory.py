@@ -139,7 +139,7 @@ def memory_bytes(
     tokens = st.microbatch * model.seq_len / st.cp
     sp_gather = st.sequence_parallel * 2.0 * tokens * model.hidden
     logits = 4.0 * tokens * model.vocab / st.tp
-    layer_params = (pd + pe) / jnp.maximum(layers_per_stage, 1.0)
+    layer_params = params_local.get("per_layer", (pd + pe) / jnp.maximum(layers_per_stage, 1.0))
     zero3_prefetch = shard_w * 2.0 * 2.0 * layer_params
     buffers = sp_gather + logits + zero3_prefetch + eff.memory_overhead_gb * 1e9
     total = weights + grads + optimizer + activations + buffers

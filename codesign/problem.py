@@ -2,7 +2,8 @@
 
 A problem TOML has the tables of a run file (``[model]``, ``[training]``, ``[system]`` with
 optional ``[[system.tiers]]``, optional ``[strategy]`` and ``[efficiency]``; ``[strategy]``
-gives the values of whatever is not searched, e.g. ``interleave`` or ``placement``) plus::
+gives the values of whatever is not searched, e.g. ``placement`` or, in hardware mode, the
+whole strategy) plus::
 
     [objective]
     minimize = "step_time"        # step_time | time_to_train | cost_to_train | usd_per_token
@@ -12,30 +13,60 @@ gives the values of whatever is not searched, e.g. ``interleave`` or ``placement
     power_max_kw = 2000
 
     [search]                      # the discrete values; one value fixes a dimension
+    mode = "codesign"             # codesign (default) | strategy | hardware
     tp = [1, 2, 4, 8]
     pp = [1, 2, 4, 8, 16, 32]
     cp = [1]
+    ep = [1, 2, 4, 8]             # expert parallelism (MoE models); default: [strategy] ep
     microbatch = [1, 2, 4, 8]
+    interleave = [1, 2]           # pipeline chunks per stage; default: [strategy] interleave
     recompute = ["none", "selective", "full"]
     zero = [0, 1, 2, 3]
     num_accelerators = [256, 512, 1024]       # hardware: a grid (the optimizer uses its box)
 
     [[search.tiers]]
     index = 1
-    bandwidth_gbps = [25, 50, 100, 200]
+    bandwidth_gbps = [25, 50, 100, 200]       # or {min = 25, max = 200, num = 16} (log-spaced)
+
+Hardware grids may be given as lists or as ranges: ``{min, max, num}`` (log-spaced; add
+``scale = "linear"`` for even spacing) or ``{min, max, step}`` (``num_accelerators =
+{min = 512, max = 8192, step = 512}``).
+
+**Modes.**  ``codesign`` searches whatever ``[search]`` lists (hardware and strategy).
+``strategy`` optimizes the strategy on fixed hardware (no hardware axes allowed).
+``hardware`` fixes the whole strategy from ``[strategy]`` (``tp``, ``pp``, ``cp``, ``ep``,
+``microbatch``, ``interleave``, ``recompute``, ``zero``; ``dp`` is derived) and optimizes
+the hardware axes only, e.g. the bandwidth of every tier under a capex budget (the LIBRA
+problem, Won et al. 2023, arXiv:2109.11762); no strategy axes are allowed in ``[search]``.
 
 ``dp`` is always derived as ``num_accelerators / (tp pp cp)``.  Omitted strategy axes default
-to the powers of two that divide the model and batch (see :func:`default_values`), ``cp = [1]``, every recompute mode and ZeRO stage.  The grid of
+to the powers of two that divide the model and batch (see :func:`default_values`), ``cp = [1]``,
+``ep`` and ``interleave`` from ``[strategy]`` (1), every recompute mode and ZeRO stage.  Axes
+with one value are fixed in the base configuration.  The grid of
 :meth:`Problem.exhaustive_axes` is what ``sweep`` enumerates (the ground truth); the
 optimizer (:mod:`codesign.optimize`) works on the continuous box around it.
+
+Command line (registered into ``codesign`` by :func:`register_cli`)::
+
+    codesign optimize PROBLEM.toml [--json] [--seed 0] [--starts 16] [--steps 300]
+    codesign sweep PROBLEM.toml [--json] [--top-k 5]
+
+Both print the chosen system and strategy, the exact report, the objective (and, for
+``optimize``, the relaxed objective), the number of exact evaluations and the wall time.
+``--distributed`` runs them over several hosts (see :mod:`codesign.optimize`).  Compiled
+programs are cached on disk under ``~/.cache/codesign/jax`` (``$CODESIGN_CACHE_DIR``;
+``--no-compile-cache`` turns it off), so a repeated run skips the compile.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
 import os
+import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -44,10 +75,24 @@ import numpy as np
 from codesign.config import RunConfig, load_run_dict
 from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES, SpecError
 
-__all__ = ["Problem", "load_problem", "load_problem_dict", "default_values", "STRATEGY_AXES", "RELAX_OBJECTIVES"]
+__all__ = [
+    "Problem",
+    "load_problem",
+    "load_problem_dict",
+    "default_values",
+    "STRATEGY_AXES",
+    "DEGREE_AXES",
+    "RELAX_OBJECTIVES",
+    "MODES",
+    "register_cli",
+    "enable_compilation_cache",
+]
 
-STRATEGY_AXES = ("tp", "pp", "cp", "microbatch", "recompute", "zero")
+STRATEGY_AXES = ("tp", "pp", "cp", "ep", "microbatch", "interleave", "recompute", "zero")
+DEGREE_AXES = ("tp", "pp", "cp", "ep", "microbatch", "interleave")
+"""The numeric (power-of-two-like) strategy axes; recompute and zero are categorical."""
 RELAX_OBJECTIVES = ("step_time", "time_to_train", "cost_to_train", "usd_per_token")
+MODES = ("codesign", "strategy", "hardware")
 _PROBLEM_TABLES = {"objective", "constraints", "search"}
 
 
@@ -57,7 +102,8 @@ class Problem:
 
     ``strategy_values`` maps each of :data:`STRATEGY_AXES` to a tuple of allowed values;
     ``hardware_values`` maps leaf paths (``system.num_accelerators``,
-    ``system.tiers[i].bandwidth_gbps``) to sorted tuples of grid values.
+    ``system.tiers[i].bandwidth_gbps``) to sorted tuples of grid values (only the searched
+    ones).  ``cfg`` holds every fixed value (one-valued axes included).
     """
 
     name: str
@@ -67,6 +113,8 @@ class Problem:
     power_max_kw: float = math.inf
     strategy_values: dict = dataclasses.field(default_factory=dict)
     hardware_values: dict = dataclasses.field(default_factory=dict)
+    mode: str = "codesign"
+    title: str = ""
 
     @property
     def free_tiers(self) -> tuple[int, ...]:
@@ -80,13 +128,21 @@ class Problem:
     def free_n(self) -> bool:
         return "system.num_accelerators" in self.hardware_values
 
+    @property
+    def num_tiers(self) -> int:
+        return len(self.cfg.system.tiers)
+
     def exhaustive_axes(self) -> dict:
-        """The full discrete grid as ``sweep`` axes (N first, strategy, then bandwidths last)."""
+        """The full discrete grid as ``sweep`` axes: N first, the strategy axes with more than
+        one value, then the tier bandwidths last (cheap axes innermost).  ``tp``, ``pp`` and
+        ``cp`` always appear (so the grid always names the parallel layout)."""
         axes = {}
         if self.free_n:
             axes["system.num_accelerators"] = list(self.hardware_values["system.num_accelerators"])
         for k in STRATEGY_AXES:
-            axes[f"strategy.{k}"] = list(self.strategy_values[k])
+            vals = self.strategy_values[k]
+            if len(vals) > 1 or (k in ("tp", "pp", "cp") and self.mode != "hardware"):
+                axes[f"strategy.{k}"] = list(vals)
         for i in self.free_tiers:
             p = f"system.tiers[{i}].bandwidth_gbps"
             axes[p] = list(self.hardware_values[p])
@@ -94,6 +150,32 @@ class Problem:
 
     def grid_size(self) -> int:
         return int(np.prod([len(v) for v in self.exhaustive_axes().values()]))
+
+    def with_values(self, **changes) -> Problem:
+        """A copy with some axes replaced: ``tp=[...]``, ``num_accelerators=[...]``,
+        ``bandwidth={tier index: [...]}``, ``capex_max_usd=...``, ``power_max_kw=...``,
+        ``objective=...`` (the base configuration is adjusted to the new grid)."""
+        sv = dict(self.strategy_values)
+        hv = dict(self.hardware_values)
+        kw = {}
+        for k, v in changes.items():
+            if k in STRATEGY_AXES:
+                sv[k] = tuple(v)
+            elif k == "num_accelerators":
+                hv["system.num_accelerators"] = tuple(sorted(float(x) for x in v))
+            elif k == "bandwidth":
+                for i, vals in v.items():
+                    hv[f"system.tiers[{int(i)}].bandwidth_gbps"] = tuple(sorted(float(x) for x in vals))
+            elif k in ("capex_max_usd", "power_max_kw", "objective", "name", "mode", "title"):
+                kw[k] = v
+            else:
+                raise SpecError(f"with_values.{k}", v, f"one of {list(STRATEGY_AXES)}, num_accelerators, bandwidth, capex_max_usd, power_max_kw, objective")
+        if "system.num_accelerators" in hv and len(hv["system.num_accelerators"]) == 1:
+            n_fixed = hv.pop("system.num_accelerators")[0]
+        else:
+            n_fixed = None
+        cfg = _fix_base(self.cfg, sv, hv, n_fixed)
+        return dataclasses.replace(self, cfg=cfg, strategy_values=sv, hardware_values=hv, **kw)
 
 
 def _pow2_upto(n: float) -> list[float]:
@@ -106,7 +188,7 @@ def _pow2_upto(n: float) -> list[float]:
 
 def default_values(cfg: RunConfig) -> dict:
     """Default strategy values: powers of two that divide the model's heads, layers, batch."""
-    m, tr = cfg.model, cfg.training
+    m, tr, st = cfg.model, cfg.training, cfg.strategy
     n_max = float(cfg.system.num_accelerators)
     tp = [v for v in _pow2_upto(min(float(m.heads), 64.0, n_max)) if float(m.heads) % v == 0]
     pp = [v for v in _pow2_upto(min(float(m.layers), n_max)) if float(m.layers) % v == 0]
@@ -115,7 +197,9 @@ def default_values(cfg: RunConfig) -> dict:
         "tp": tp,
         "pp": pp,
         "cp": [1.0],
+        "ep": [float(st.ep)],
         "microbatch": mb,
+        "interleave": [float(st.interleave)],
         "recompute": list(RECOMPUTE_MODES),
         "zero": list(ZERO_STAGES),
     }
@@ -134,13 +218,76 @@ def _numbers(field: str, values, integer: bool = True) -> tuple:
     return tuple(sorted(set(out)))
 
 
+def _grid(field: str, spec, integer: bool) -> tuple:
+    """A hardware grid from a list or a range table ``{min, max, num[, scale]}`` / ``{min, max, step}``."""
+    if isinstance(spec, list):
+        return _numbers(field, spec, integer)
+    if not isinstance(spec, dict):
+        raise SpecError(field, spec, "a list of numbers or a table {min, max, num} or {min, max, step}")
+    allowed = {"min", "max", "num", "step", "scale"}
+    for k in spec:
+        if k not in allowed:
+            raise SpecError(f"{field}.{k}", spec[k], f"one of {sorted(allowed)}")
+    try:
+        lo, hi = float(spec["min"]), float(spec["max"])
+    except (KeyError, TypeError, ValueError):
+        raise SpecError(field, spec, "a table with numbers min and max") from None
+    if not 0 < lo <= hi or not math.isfinite(hi):
+        raise SpecError(field, spec, "0 < min <= max")
+    if "step" in spec:
+        step = float(spec["step"])
+        if not step > 0:
+            raise SpecError(f"{field}.step", spec["step"], "a positive number")
+        vals = list(np.arange(lo, hi + 0.5 * step, step))
+    else:
+        num = spec.get("num")
+        if isinstance(num, bool) or not isinstance(num, int) or num < 1:
+            raise SpecError(f"{field}.num", num, "a positive integer (or give step)")
+        scale = spec.get("scale", "log")
+        if scale not in ("log", "linear"):
+            raise SpecError(f"{field}.scale", scale, "log or linear")
+        vals = list((np.geomspace if scale == "log" else np.linspace)(lo, hi, num))
+    if integer:
+        vals = [float(round(v)) for v in vals]
+    return _numbers(field, [float(v) for v in vals], integer)
+
+
+def _fix_base(cfg: RunConfig, sv: dict, hv: dict, n_fixed: float | None = None) -> RunConfig:
+    """The base configuration holding every one-valued axis (and the largest N of the grid)."""
+    sy = cfg.system
+    if n_fixed is not None:
+        sy = dataclasses.replace(sy, num_accelerators=float(n_fixed))
+    elif "system.num_accelerators" in hv:
+        sy = dataclasses.replace(sy, num_accelerators=float(max(hv["system.num_accelerators"])))
+    n = float(sy.num_accelerators)
+    tiers = list(sy.tiers)
+    # The outermost tier must reach the largest cluster of the grid.
+    if tiers and float(tiers[-1].domain) < n:
+        tiers[-1] = dataclasses.replace(tiers[-1], domain=n)
+    sy = dataclasses.replace(sy, tiers=tuple(tiers))
+    st = cfg.strategy
+    kw = {}
+    for k in ("tp", "pp", "cp", "ep", "microbatch", "interleave"):
+        kw[k] = float(sv[k][0]) if len(sv[k]) == 1 else float(getattr(st, k))
+    rec = RECOMPUTE_MODES.index(sv["recompute"][0]) if len(sv["recompute"]) == 1 else int(np.argmax(st.recompute))
+    zero = ZERO_STAGES.index(sv["zero"][0]) if len(sv["zero"]) == 1 else int(np.argmax(st.zero))
+    kw["dp"] = max(1.0, float(round(n / (kw["tp"] * kw["pp"] * kw["cp"]))))
+    rec_v = np.eye(3)[rec]
+    zero_v = np.eye(4)[zero]
+    st = dataclasses.replace(st, recompute=rec_v, zero=zero_v, **kw)
+    return dataclasses.replace(cfg, system=sy, strategy=st)
+
+
 def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
     """Parse a problem document (the dict form of a problem TOML)."""
     doc = copy.deepcopy(doc)
-    name = str(doc.pop("title", name))
+    title = str(doc.pop("title", name))
     obj = doc.pop("objective", {}) or {}
     cons = doc.pop("constraints", {}) or {}
-    search = doc.pop("search", {}) or {}
+    search = dict(doc.pop("search", {}) or {})
+    for k in obj:
+        if k != "minimize":
+            raise SpecError(f"objective.{k}", obj[k], "only minimize")
     objective = obj.get("minimize", "step_time")
     if objective not in RELAX_OBJECTIVES:
         raise SpecError("objective.minimize", objective, f"one of {list(RELAX_OBJECTIVES)}")
@@ -152,11 +299,14 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
     for k, v in (("capex_max_usd", capex), ("power_max_kw", power)):
         if not v > 0:
             raise SpecError(f"constraints.{k}", v, "a positive number")
+    mode = search.pop("mode", "codesign")
+    if mode not in MODES:
+        raise SpecError("search.mode", mode, f"one of {list(MODES)}")
 
     hardware: dict = {}
     system = doc.setdefault("system", {})
     if "num_accelerators" in search:
-        ns = _numbers("search.num_accelerators", search["num_accelerators"])
+        ns = _grid("search.num_accelerators", search["num_accelerators"], integer=True)
         if len(ns) > 1:
             hardware["system.num_accelerators"] = ns
         # The outermost tier's domain must reach the largest cluster of the grid.
@@ -165,20 +315,50 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
         if not isinstance(t, dict) or "index" not in t or "bandwidth_gbps" not in t:
             raise SpecError("search.tiers", t, "tables with index and bandwidth_gbps")
         i = int(t["index"])
-        bw = _numbers(f"search.tiers[{i}].bandwidth_gbps", t["bandwidth_gbps"], integer=False)
+        bw = _grid(f"search.tiers[{i}].bandwidth_gbps", t["bandwidth_gbps"], integer=False)
         hardware[f"system.tiers[{i}].bandwidth_gbps"] = bw
+    fixed_bw = {p: v[0] for p, v in hardware.items() if len(v) == 1}
+    hardware = {p: v for p, v in hardware.items() if len(v) > 1}
+    if mode == "strategy" and hardware:
+        k = sorted(hardware)[0]
+        raise SpecError("search.mode", mode, f"no hardware axes in strategy mode (found {k} with several values)")
+    strategy_keys = [k for k in search if k in STRATEGY_AXES]
+    if mode == "hardware":
+        if strategy_keys:
+            raise SpecError(f"search.{strategy_keys[0]}", search[strategy_keys[0]], "absent in hardware mode: set the strategy in [strategy]")
+        if not hardware:
+            raise SpecError("search.mode", mode, "at least one hardware axis (num_accelerators or tiers) with several values")
     n = float(system.get("num_accelerators", 0) or 0)
     st = dict(doc.get("strategy", {}) or {})
     st.setdefault("tp", 1)
     st.setdefault("pp", 1)
-    st.setdefault("dp", n if n > 0 else 1)
+    st.pop("dp", None)  # dp is always derived
+    tp, pp, cp = (float(st.get(k, 1)) for k in ("tp", "pp", "cp"))
+    dp = n / (tp * pp * cp) if n > 0 else 1.0
+    st["dp"] = max(1.0, float(round(dp)))
     doc["strategy"] = st
     cfg = load_run_dict(doc, check=False)
-    for i in (int(p[len("system.tiers[") : p.index("]")]) for p in hardware if p.startswith("system.tiers")):
-        if not 0 <= i < len(cfg.system.tiers):
-            raise SpecError("search.tiers.index", i, f"a tier index below {len(cfg.system.tiers)}")
+    for path in [*hardware, *fixed_bw]:
+        if path.startswith("system.tiers"):
+            i = int(path[len("system.tiers[") : path.index("]")])
+            if not 0 <= i < len(cfg.system.tiers):
+                raise SpecError("search.tiers.index", i, f"a tier index below {len(cfg.system.tiers)}")
+    if fixed_bw:
+        tiers = list(cfg.system.tiers)
+        for path, v in fixed_bw.items():
+            i = int(path[len("system.tiers[") : path.index("]")])
+            tiers[i] = dataclasses.replace(tiers[i], bandwidth_gbps=float(v))
+        cfg = dataclasses.replace(cfg, system=dataclasses.replace(cfg.system, tiers=tuple(tiers)))
+    if mode == "hardware":
+        if dp != round(dp) or dp < 1:
+            raise SpecError("strategy.tp*pp*cp", tp * pp * cp, f"a divisor of num_accelerators = {n:g}")
 
     values = default_values(cfg)
+    if mode == "hardware":
+        s = cfg.strategy
+        values = {k: [float(getattr(s, k))] for k in DEGREE_AXES}
+        values["recompute"] = [RECOMPUTE_MODES[int(np.argmax(s.recompute))]]
+        values["zero"] = [ZERO_STAGES[int(np.argmax(s.zero))]]
     for k in STRATEGY_AXES:
         if k not in search:
             continue
@@ -196,17 +376,23 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
     unknown = set(search) - set(STRATEGY_AXES) - {"num_accelerators", "tiers"}
     if unknown:
         k = sorted(unknown)[0]
-        raise SpecError(f"search.{k}", search[k], f"one of {list(STRATEGY_AXES) + ['num_accelerators', 'tiers']}")
+        raise SpecError(f"search.{k}", search[k], f"one of {['mode', *STRATEGY_AXES, 'num_accelerators', 'tiers']}")
     if objective in ("time_to_train", "cost_to_train") and float(cfg.training.tokens) <= 0:
         raise SpecError("training.tokens", cfg.training.tokens, f"positive for objective {objective}")
+    if max(values["ep"]) > 1 and float(cfg.model.moe_experts) <= 0:
+        raise SpecError("search.ep", values["ep"], "[1] for a dense model")
+    sv = {k: tuple(v) for k, v in values.items()}
+    cfg = _fix_base(cfg, sv, hardware)
     return Problem(
         name=name,
         cfg=cfg,
         objective=objective,
         capex_max_usd=capex,
         power_max_kw=power,
-        strategy_values={k: tuple(v) for k, v in values.items()},
+        strategy_values=sv,
         hardware_values=hardware,
+        mode=mode,
+        title=title,
     )
 
 
@@ -220,3 +406,228 @@ def load_problem(path: str | os.PathLike) -> Problem:
     except tomllib.TOMLDecodeError as e:
         raise SpecError("problem", str(p), f"valid TOML ({e})") from None
     return load_problem_dict(doc, name=p.stem)
+
+
+# ------------------------------------------------------------------------------------------
+# Command line: codesign optimize / codesign sweep
+# ------------------------------------------------------------------------------------------
+
+
+def enable_compilation_cache(path: str | os.PathLike | None = None) -> str:
+    """Turn on JAX's persistent compilation cache (default ``~/.cache/codesign/jax``).
+
+    The thresholds are lowered so that every program these commands compile (the relaxed
+    search, the exact evaluators, the sweep) is cached: a second run loads them from disk.
+    """
+    import jax
+
+    d = Path(path or os.environ.get("CODESIGN_CACHE_DIR") or Path.home() / ".cache" / "codesign" / "jax").expanduser()
+    d.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(d))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return str(d)
+
+
+def _describe_problem(pb: Problem) -> list[str]:
+    cons = []
+    if math.isfinite(pb.capex_max_usd):
+        cons.append(f"capex <= {pb.capex_max_usd / 1e6:g} M$")
+    if math.isfinite(pb.power_max_kw):
+        cons.append(f"power <= {pb.power_max_kw:g} kW")
+    cons.append("memory fit")
+    axes = pb.exhaustive_axes()
+    free = [k.split(".")[-1] if not k.startswith("system.tiers") else f"bw[{k[13:k.index(']')]}]" for k, v in axes.items() if len(v) > 1]
+    return [
+        f"problem   {pb.title or pb.name}",
+        f"mode      {pb.mode}; minimize {pb.objective}; subject to {', '.join(cons)}",
+        f"grid      {pb.grid_size():,} points over {', '.join(free) or 'nothing'}",
+    ]
+
+
+def _describe_design(cfg: RunConfig) -> list[str]:
+    sy, st = cfg.system, cfg.strategy
+    tiers = ", ".join(
+        f"{name} {float(t.bandwidth_gbps):g} GB/s (domain {float(t.domain):g})"
+        for name, t in zip(cfg.names["tiers"], sy.tiers, strict=True)
+    )
+    rec = RECOMPUTE_MODES[int(np.argmax(st.recompute))]
+    return [
+        f"system    {int(sy.num_accelerators)} x {cfg.names['accelerator']}; tiers: {tiers}",
+        f"strategy  tp={st.tp:g} pp={st.pp:g} dp={st.dp:g} cp={st.cp:g} ep={st.ep:g} microbatch={st.microbatch:g} "
+        f"interleave={st.interleave:g} recompute={rec} zero={int(np.argmax(st.zero))}",
+    ]
+
+
+_UNITS = {"step_time": "s", "time_to_train": "days", "cost_to_train": "USD", "usd_per_token": "USD/token"}
+
+
+def _fmt_obj(objective: str, v: float) -> str:
+    if not math.isfinite(v):
+        return "infeasible"
+    return f"{v:.6g} {_UNITS.get(objective, '')}"
+
+
+def _design_dict(cfg: RunConfig) -> dict:
+    sy, st = cfg.system, cfg.strategy
+    return {
+        "num_accelerators": float(sy.num_accelerators),
+        "accelerator": cfg.names["accelerator"],
+        "tiers": [
+            {"name": n, "bandwidth_gbps": float(t.bandwidth_gbps), "domain": float(t.domain)}
+            for n, t in zip(cfg.names["tiers"], sy.tiers, strict=True)
+        ],
+        "strategy": {
+            **{k: float(getattr(st, k)) for k in ("tp", "pp", "dp", "cp", "ep", "microbatch", "interleave")},
+            "recompute": RECOMPUTE_MODES[int(np.argmax(st.recompute))],
+            "zero": int(np.argmax(st.zero)),
+        },
+    }
+
+
+def _print_result(args, pb: Problem, kind: str, cfg, report, objective: float, extra: dict, lines: list[str]) -> None:
+    from codesign.cli import format_report, report_to_dict
+
+    rep = report_to_dict(report, cfg) if report is not None else None
+    if args.json:
+        out = {
+            "problem": pb.name,
+            "title": pb.title,
+            "mode": pb.mode,
+            "command": kind,
+            "objective": pb.objective,
+            "objective_value": objective if math.isfinite(objective) else None,
+            "grid_size": pb.grid_size(),
+            "design": _design_dict(cfg) if cfg is not None else None,
+            "report": rep,
+            **extra,
+        }
+        print(json.dumps(out, indent=2))
+        return
+    print("\n".join(_describe_problem(pb)))
+    print()
+    if cfg is None:
+        print("no feasible design in the search space")
+    else:
+        print("\n".join(_describe_design(cfg)))
+        print()
+        print(format_report(rep, cfg))
+    print()
+    print("\n".join(lines))
+
+
+def _setup_jax(args) -> None:
+    if getattr(args, "distributed", False):
+        from codesign.optimize import initialize_distributed
+
+        initialize_distributed()
+    if not args.no_compile_cache:
+        enable_compilation_cache()
+
+
+def _cmd_optimize(args) -> int:
+    _setup_jax(args)
+    from codesign.optimize import Settings, optimize
+
+    pb = load_problem(args.problem)
+    settings = Settings(
+        steps=args.steps if args.steps is not None else Settings.steps,
+        starts=args.starts if args.starts is not None else Settings.starts,
+    )
+    t0 = time.perf_counter()
+    res = optimize(pb, settings, seed=args.seed, progress=not args.no_progress and not args.json, distributed=args.distributed)
+    wall = time.perf_counter() - t0
+    extra = {
+        "relaxed_objective": res.relaxed_objective,
+        "gap": res.gap if math.isfinite(res.gap) else None,
+        "num_exact_evals": res.num_exact_evals,
+        "wall_s": wall,
+        "relaxed_wall_s": res.relaxed_wall_s,
+        "exact_wall_s": res.exact_wall_s,
+        "point": {k: (v if isinstance(v, str) else float(v)) for k, v in res.point.items()},
+        "seed": args.seed,
+        "starts": settings.starts,
+        "steps": settings.steps,
+    }
+    lines = [
+        f"objective          {_fmt_obj(pb.objective, res.exact_objective)}  ({pb.objective}, exact model)",
+        f"relaxed objective  {_fmt_obj(pb.objective, res.relaxed_objective)}  (gap {100 * res.gap:+.2f} % of exact)"
+        if math.isfinite(res.gap)
+        else f"relaxed objective  {_fmt_obj(pb.objective, res.relaxed_objective)}",
+        f"exact evaluations  {res.num_exact_evals:,}  (of {pb.grid_size():,} grid points)",
+        f"wall time          {wall:.2f} s  (relaxed search {res.relaxed_wall_s:.2f} s, exact discretization {res.exact_wall_s:.2f} s; "
+        "includes compilation unless cached)",
+    ]
+    _print_result(args, pb, "optimize", res.config, res.report, res.exact_objective, extra, lines)
+    return 0 if res.config is not None else 1
+
+
+def _cmd_sweep(args) -> int:
+    _setup_jax(args)
+    import codesign as cd
+    from codesign.optimize import distributed_sweep
+
+    pb = load_problem(args.problem)
+    t0 = time.perf_counter()
+    res = distributed_sweep(pb, top_k=args.top_k, progress=not args.no_progress and not args.json, distributed=args.distributed)
+    wall = time.perf_counter() - t0
+    if len(res.best_values):
+        cfg = res.config(0, pb.cfg)
+        report = cd.evaluate(*cfg.specs())
+        best = float(res.best_values[0])
+    else:
+        cfg, report, best = None, None, math.inf
+    top = [
+        {"objective": float(v), "point": {k: (x if isinstance(x, str) else float(x)) for k, x in res.point(i).items()}}
+        for i, v in enumerate(res.best_values)
+    ]
+    extra = {
+        "num_exact_evals": res.num_points,
+        "num_valid": res.num_valid,
+        "num_feasible": res.num_feasible,
+        "wall_s": wall,
+        "sweep_wall_s": res.wall_s,
+        "top": top,
+    }
+    lines = [
+        f"objective          {_fmt_obj(pb.objective, best)}  ({pb.objective}, exact optimum of the grid)",
+        f"exact evaluations  {res.num_points:,}  ({res.num_valid:,} valid, {res.num_feasible:,} feasible)",
+        f"wall time          {wall:.2f} s  (sweep {res.wall_s:.2f} s; includes compilation unless cached)",
+    ]
+    if len(res.best_values) > 1:
+        lines.append("runners-up         " + ", ".join(_fmt_obj(pb.objective, float(v)) for v in res.best_values[1:]))
+    _print_result(args, pb, "sweep", cfg, report, best, extra, lines)
+    return 0 if cfg is not None else 1
+
+
+def _common_args(p) -> None:
+    p.add_argument("problem", help="problem TOML file (see experiments/problems/)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--distributed",
+        action="store_true",
+        help="run over several hosts: jax.distributed.initialize() from CODESIGN_COORDINATOR, "
+        "CODESIGN_NUM_PROCESSES, CODESIGN_PROCESS_ID (or the cluster's own environment)",
+    )
+    p.add_argument("--no-compile-cache", action="store_true", help="do not use the on-disk compilation cache")
+
+
+def register_cli(subparsers) -> None:
+    """Add ``optimize`` and ``sweep`` to the ``codesign`` command line."""
+    o = subparsers.add_parser("optimize", help="co-design by gradient descent + exact discretization")
+    _common_args(o)
+    o.add_argument("--seed", type=int, default=0, help="PRNG seed of the multi-start (default 0)")
+    o.add_argument("--starts", type=int, default=None, help="random starts (default from Settings)")
+    o.add_argument("--steps", type=int, default=None, help="optimizer steps per start (default from Settings)")
+    o.set_defaults(func=_cmd_optimize)
+    s = subparsers.add_parser("sweep", help="exhaustive exact sweep of the problem's grid (the ground truth)")
+    _common_args(s)
+    s.add_argument("--top-k", type=int, default=5, help="how many best points to keep (default 5)")
+    s.set_defaults(func=_cmd_sweep)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from codesign.cli import main
+
+    sys.exit(main(sys.argv[1:]))

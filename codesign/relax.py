@@ -3,22 +3,27 @@
 The design variables are reparametrized so that every point of parameter space is a valid
 (continuous) design and no projection is needed (see the JAX practices notes):
 
-* **parallel degrees** in log2 space with the product exact: ``z = log2(N) softmax(l)``
-  over (tp, pp, dp[, cp]), ``degree = 2**z``, so ``tp pp dp cp == N`` and every degree
-  is >= 1 by construction (``cp = 1`` when the problem fixes it);
-* **microbatch** ``2**(lo + (hi - lo) sigmoid(u))`` in its log2 box;
+* **parallel degrees** in log2 space with the product exact: the fixed degrees keep their
+  base value and the free ones (``dp`` always among them) share the rest,
+  ``z_free = (log2 N - sum log2 fixed) softmax(l)``, ``degree = 2**z``, so
+  ``tp pp dp cp == N`` and every free degree is >= 1 by construction;
+* **microbatch**, **interleave** and **expert parallelism** ``2**(lo + (hi - lo) sigmoid(u))``
+  in their log2 boxes;
 * **recompute** and **ZeRO** as softmax weights over the allowed options (the specs store
   them as weight vectors, so the model interpolates its cost terms linearly);
-* **accelerator count** and **tier bandwidths** in log2 boxes through a sigmoid.
+* **accelerator count** and **every tier's bandwidth** in log2 boxes through a sigmoid.
+
+Which variables are free is static (:class:`Space`: a fixed one is not a parameter at all,
+its value comes from the base configuration, so the compiled program is smaller and faster
+to build); every number (bounds, masks of allowed options, caps) is data (:class:`Box`),
+so new bounds or budgets do not recompile.
 
 The model is evaluated on its one code path with ``Smoothing(exact=False, tau=tau)``.  The
 loss is ``log(objective)`` plus ``rho * sum(relu(g)**2)`` over log-ratio violations ``g`` of
 memory fit (total memory vs HBM), the capex budget, the power cap, the degree boxes
-(``tp <= max tp``...) and ``dp * microbatch <= global_batch``.  Working in logs makes the
-loss scale free (seconds, days or dollars alike) and its gradients O(1).
-
-``Space`` is static (it selects code: which variables exist); ``Box`` holds every number
-(bounds, caps) as dynamic leaves, so new bounds do not recompile.
+(``tp <= max tp``...), ``ep <= dp cp``, ``pp * interleave <= layers`` and
+``dp * microbatch <= global_batch``.  Working in logs makes the loss scale free (seconds,
+days or dollars alike) and its gradients O(1).
 """
 
 from __future__ import annotations
@@ -31,79 +36,139 @@ import jax.numpy as jnp
 import numpy as np
 
 from codesign._pytree import pytree_dataclass
-from codesign.problem import Problem
+from codesign.problem import RELAX_OBJECTIVES, Problem
 from codesign.smoothing import Smoothing
 from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES
 from codesign.step import Report, evaluate_unchecked
 from codesign.sweep import OBJECTIVES
 
-__all__ = ["Space", "Box", "space_of", "box_of", "base_of", "init_params", "to_specs", "relaxed_report", "loss_terms", "loss", "loss_and_aux", "degrees_of"]
+__all__ = [
+    "Space",
+    "Box",
+    "space_of",
+    "box_of",
+    "base_of",
+    "init_params",
+    "to_specs",
+    "relaxed_report",
+    "loss_terms",
+    "loss",
+    "loss_and_aux",
+    "degrees_of",
+    "VIOLATION_NAMES",
+    "DEGREES",
+]
+
+DEGREES = ("tp", "pp", "dp", "cp")
+VIOLATION_NAMES = (
+    "memory",
+    "capex",
+    "power",
+    "tp_max",
+    "tp_min",
+    "pp_max",
+    "pp_min",
+    "cp_max",
+    "cp_min",
+    "dp_min",
+    "ep_dp_cp",
+    "pp_interleave_layers",
+    "dp_microbatch_batch",
+)
+_BIG = -1e30
 
 
 @jax.tree_util.register_static
 @dataclasses.dataclass(frozen=True)
 class Space:
-    """Which design variables exist (static: changing it recompiles)."""
+    """Which design variables are free (static: changing it recompiles).  A variable that is
+    not free takes its value from the base configuration."""
 
     objective: str = "step_time"
-    free_cp: bool = False
+    free_degrees: tuple[str, ...] = ("tp", "pp")
+    """Free degrees among tp, pp, cp (dp always takes the rest of log2 N)."""
     free_n: bool = False
-    free_microbatch: bool = True
     free_tiers: tuple[int, ...] = ()
-    recompute_options: tuple[int, ...] = (0, 1, 2)
-    zero_options: tuple[int, ...] = (0, 1, 2, 3)
+    free_microbatch: bool = True
+    free_ep: bool = False
+    free_interleave: bool = False
+    free_recompute: bool = True
+    free_zero: bool = True
 
     @property
-    def degree_names(self) -> tuple[str, ...]:
-        return ("tp", "pp", "dp", "cp") if self.free_cp else ("tp", "pp", "dp")
+    def softmax_names(self) -> tuple[str, ...]:
+        """The degrees sharing ``log2 N - sum(fixed)`` through the softmax (dp last)."""
+        return (*[d for d in DEGREES if d in self.free_degrees], "dp")
 
 
 @pytree_dataclass
 class Box:
-    """Numeric bounds of the design box (dynamic leaves)."""
+    """Numeric bounds of the design box (dynamic leaves: new bounds do not recompile)."""
 
     log2_n: jnp.ndarray
     """(2,) log2 of the accelerator-count range (lo == hi when fixed)."""
     log2_mb: jnp.ndarray
     """(2,) log2 of the microbatch range."""
-    log2_deg_max: jnp.ndarray
+    log2_ep: jnp.ndarray
+    """(2,) log2 of the expert-parallel range."""
+    log2_v: jnp.ndarray
+    """(2,) log2 of the interleave range."""
+    log2_deg_lo: jnp.ndarray
+    """(4,) log2 of the smallest allowed tp, pp, dp, cp."""
+    log2_deg_hi: jnp.ndarray
     """(4,) log2 of the largest allowed tp, pp, dp, cp."""
     log2_bw: jnp.ndarray
-    """(len(free_tiers), 2) log2 of each free tier's bandwidth range (GB/s)."""
+    """(num_tiers, 2) log2 of each tier's bandwidth range in GB/s (lo == hi when fixed)."""
+    recompute_mask: jnp.ndarray
+    """(3,) 1 for the allowed recompute modes."""
+    zero_mask: jnp.ndarray
+    """(4,) 1 for the allowed ZeRO stages."""
     capex_max_usd: jnp.ndarray
     power_max_kw: jnp.ndarray
 
 
 def space_of(problem: Problem) -> Space:
     sv = problem.strategy_values
-    if problem.objective not in ("step_time", "time_to_train", "cost_to_train", "usd_per_token"):
+    if problem.objective not in RELAX_OBJECTIVES:
         raise ValueError(f"objective {problem.objective!r} cannot be relaxed in log space")
     return Space(
         objective=problem.objective,
-        free_cp=len(sv["cp"]) > 1 or sv["cp"][0] != 1.0,
+        free_degrees=tuple(d for d in ("tp", "pp", "cp") if len(sv[d]) > 1),
         free_n=problem.free_n,
-        free_microbatch=len(sv["microbatch"]) > 1,
         free_tiers=problem.free_tiers,
-        recompute_options=tuple(RECOMPUTE_MODES.index(r) for r in sv["recompute"]),
-        zero_options=tuple(ZERO_STAGES.index(z) for z in sv["zero"]),
+        free_microbatch=len(sv["microbatch"]) > 1,
+        free_ep=len(sv["ep"]) > 1,
+        free_interleave=len(sv["interleave"]) > 1,
+        free_recompute=len(sv["recompute"]) > 1,
+        free_zero=len(sv["zero"]) > 1,
     )
+
+
+def _log2_range(values) -> list[float]:
+    return [math.log2(min(values)), math.log2(max(values))]
 
 
 def box_of(problem: Problem) -> Box:
     sv, hv = problem.strategy_values, problem.hardware_values
-    n = hv.get("system.num_accelerators", (float(problem.cfg.system.num_accelerators),))
-    mb = sv["microbatch"]
+    sy = problem.cfg.system
+    n = hv.get("system.num_accelerators", (float(sy.num_accelerators),))
     big = math.log2(max(n)) + 1.0
-    deg_max = [math.log2(max(sv["tp"])), math.log2(max(sv["pp"])), big, math.log2(max(sv["cp"]))]
-    bw = [
-        [math.log2(min(hv[f"system.tiers[{i}].bandwidth_gbps"])), math.log2(max(hv[f"system.tiers[{i}].bandwidth_gbps"]))]
-        for i in problem.free_tiers
-    ]
+    lo = [math.log2(min(sv["tp"])), math.log2(min(sv["pp"])), 0.0, math.log2(min(sv["cp"]))]
+    hi = [math.log2(max(sv["tp"])), math.log2(max(sv["pp"])), big, math.log2(max(sv["cp"]))]
+    bw = []
+    for i, t in enumerate(sy.tiers):
+        vals = hv.get(f"system.tiers[{i}].bandwidth_gbps", (float(t.bandwidth_gbps),))
+        bw.append(_log2_range(vals))
     return Box(
-        log2_n=jnp.asarray([math.log2(min(n)), math.log2(max(n))]),
-        log2_mb=jnp.asarray([math.log2(min(mb)), math.log2(max(mb))]),
-        log2_deg_max=jnp.asarray(deg_max),
+        log2_n=jnp.asarray(_log2_range(n)),
+        log2_mb=jnp.asarray(_log2_range(sv["microbatch"])),
+        log2_ep=jnp.asarray(_log2_range(sv["ep"])),
+        log2_v=jnp.asarray(_log2_range(sv["interleave"])),
+        log2_deg_lo=jnp.asarray(lo),
+        log2_deg_hi=jnp.asarray(hi),
         log2_bw=jnp.asarray(np.asarray(bw, dtype=float).reshape(len(bw), 2)),
+        recompute_mask=jnp.asarray([float(r in sv["recompute"]) for r in RECOMPUTE_MODES]),
+        zero_mask=jnp.asarray([float(z in sv["zero"]) for z in ZERO_STAGES]),
         capex_max_usd=jnp.asarray(problem.capex_max_usd),
         power_max_kw=jnp.asarray(problem.power_max_kw),
     )
@@ -117,19 +182,25 @@ def base_of(problem: Problem) -> dict:
 
 
 def init_params(key, space: Space, scale: float = 1.0) -> dict:
-    """Random unconstrained parameters (a multi-start point)."""
-    ks = jax.random.split(key, 6)
-    p = {
-        "deg": scale * jax.random.normal(ks[0], (len(space.degree_names),)),
-        "recompute": scale * jax.random.normal(ks[1], (len(space.recompute_options),)),
-        "zero": scale * jax.random.normal(ks[2], (len(space.zero_options),)),
-    }
+    """Random unconstrained parameters (a multi-start point): only the free variables."""
+    ks = jax.random.split(key, 8)
+    p = {}
+    if space.free_degrees:
+        p["deg"] = scale * jax.random.normal(ks[0], (len(space.softmax_names),))
+    if space.free_recompute:
+        p["recompute"] = scale * jax.random.normal(ks[1], (3,))
+    if space.free_zero:
+        p["zero"] = scale * jax.random.normal(ks[2], (4,))
     if space.free_microbatch:
         p["mb"] = scale * jax.random.normal(ks[3], ())
     if space.free_n:
         p["n"] = scale * jax.random.normal(ks[4], ())
     if space.free_tiers:
         p["bw"] = scale * jax.random.normal(ks[5], (len(space.free_tiers),))
+    if space.free_ep:
+        p["ep"] = scale * jax.random.normal(ks[6], ())
+    if space.free_interleave:
+        p["v"] = scale * jax.random.normal(ks[7], ())
     return p
 
 
@@ -137,45 +208,61 @@ def _in_box(u, lo_hi):
     return lo_hi[..., 0] + (lo_hi[..., 1] - lo_hi[..., 0]) * jax.nn.sigmoid(u)
 
 
-def _weights(logits, options, k):
-    w = jax.nn.softmax(logits)
-    return jnp.zeros((k,), w.dtype).at[jnp.asarray(options)].set(w)
+def _masked_softmax(logits, mask):
+    return jax.nn.softmax(jnp.where(mask > 0, logits, _BIG))
 
 
-def degrees_of(params: dict, space: Space, box: Box) -> dict:
-    """Relaxed log2 degrees (tp, pp, dp, cp), log2 N, log2 microbatch."""
-    log2_n = _in_box(params["n"], box.log2_n) if space.free_n else box.log2_n[0]
-    z = log2_n * jax.nn.softmax(params["deg"])
-    out = dict(zip(space.degree_names, z, strict=True))
-    out.setdefault("cp", jnp.zeros_like(log2_n))
+def degrees_of(params: dict, space: Space, box: Box, base: dict) -> dict:
+    """Relaxed log2 values: degrees (tp, pp, dp, cp, ep), N (``n``), microbatch (``mb``),
+    interleave (``v``), the share of log2 N left to the free degrees (``rest``) and every
+    tier's bandwidth (``bw``, GB/s, not log)."""
+    st, sy = base["strategy"], base["system"]
+    log2_n = _in_box(params["n"], box.log2_n) if space.free_n else jnp.log2(sy.num_accelerators)
+    out = {d: jnp.log2(getattr(st, d)) for d in ("tp", "pp", "cp") if d not in space.free_degrees}
+    rest = log2_n - sum(out.values(), jnp.zeros_like(log2_n))
+    if space.free_degrees:
+        w = jax.nn.softmax(params["deg"])
+        for d, wd in zip(space.softmax_names, w, strict=True):
+            out[d] = jnp.maximum(rest, 0.0) * wd
+    else:
+        out["dp"] = rest
     out["n"] = log2_n
-    out["mb"] = _in_box(params["mb"], box.log2_mb) if space.free_microbatch else box.log2_mb[0]
+    out["rest"] = rest
+    out["mb"] = _in_box(params["mb"], box.log2_mb) if space.free_microbatch else jnp.log2(st.microbatch)
+    out["ep"] = _in_box(params["ep"], box.log2_ep) if space.free_ep else jnp.log2(st.ep)
+    out["v"] = _in_box(params["v"], box.log2_v) if space.free_interleave else jnp.log2(st.interleave)
+    bw = [t.bandwidth_gbps for t in sy.tiers]
+    if space.free_tiers:
+        free_bw = 2.0 ** _in_box(params["bw"], box.log2_bw[jnp.asarray(space.free_tiers)])
+        for j, i in enumerate(space.free_tiers):
+            bw[i] = free_bw[j]
+    out["bw"] = jnp.stack([jnp.asarray(b, dtype=log2_n.dtype) for b in bw])
     return out
 
 
 def to_specs(params: dict, space: Space, box: Box, base: dict) -> dict:
     """Specs of the relaxed design ``params`` (a dict like ``base``)."""
-    z = degrees_of(params, space, box)
+    z = degrees_of(params, space, box, base)
     sy, st = base["system"], base["strategy"]
-    rec = _weights(params["recompute"], space.recompute_options, 3)
-    zero = _weights(params["zero"], space.zero_options, 4)
-    st = dataclasses.replace(
-        st,
-        tp=2.0 ** z["tp"],
-        pp=2.0 ** z["pp"],
-        dp=2.0 ** z["dp"],
-        cp=2.0 ** z["cp"],
-        microbatch=2.0 ** z["mb"],
-        recompute=rec.astype(jnp.result_type(float)),
-        zero=zero.astype(jnp.result_type(float)),
-    )
+    dtype = jnp.result_type(float)
+    kw = {d: 2.0 ** z[d] for d in ("tp", "pp", "dp", "cp")}
+    if space.free_microbatch:
+        kw["microbatch"] = 2.0 ** z["mb"]
+    if space.free_ep:
+        kw["ep"] = 2.0 ** z["ep"]
+    if space.free_interleave:
+        kw["interleave"] = 2.0 ** z["v"]
+    if space.free_recompute:
+        kw["recompute"] = _masked_softmax(params["recompute"], box.recompute_mask).astype(dtype)
+    if space.free_zero:
+        kw["zero"] = _masked_softmax(params["zero"], box.zero_mask).astype(dtype)
+    st = dataclasses.replace(st, **kw)
     if space.free_n:
         sy = dataclasses.replace(sy, num_accelerators=2.0 ** z["n"])
     if space.free_tiers:
-        bw = 2.0 ** _in_box(params["bw"], box.log2_bw)
         tiers = list(sy.tiers)
-        for j, i in enumerate(space.free_tiers):
-            tiers[i] = dataclasses.replace(tiers[i], bandwidth_gbps=bw[j])
+        for i in space.free_tiers:
+            tiers[i] = dataclasses.replace(tiers[i], bandwidth_gbps=z["bw"][i])
         sy = dataclasses.replace(sy, tiers=tuple(tiers))
     return {**base, "system": sy, "strategy": st}
 
@@ -194,26 +281,34 @@ def _log_ratio_capped(x, cap):
 
 
 def loss_terms(params: dict, tau, space: Space, box: Box, base: dict) -> dict:
-    """Objective (its natural units), log objective and the constraint violations."""
+    """Objective (its natural units), log objective and the constraint violations
+    (:data:`VIOLATION_NAMES`, log ratios: <= 0 is feasible)."""
     s = to_specs(params, space, box, base)
     sm = Smoothing(exact=False, tau=tau)
     r = evaluate_unchecked(s["model"], s["training"], s["system"], s["strategy"], s["efficiency"], sm)
-    z = degrees_of(params, space, box)
+    z = degrees_of(params, space, box, base)
     obj = OBJECTIVES[space.objective](r)
     sy = s["system"]
-    tr = base["training"]
+    tr, m = base["training"], base["model"]
+    lo, hi = box.log2_deg_lo, box.log2_deg_hi
     viol = jnp.stack(
         [
             jnp.log(r.memory_gb["total"]) - jnp.log(sy.accelerator.hbm_gb),
             _log_ratio_capped(r.cost["capex_usd"], box.capex_max_usd),
             _log_ratio_capped(r.cost["power_kw"], box.power_max_kw),
-            z["tp"] - box.log2_deg_max[0],
-            z["pp"] - box.log2_deg_max[1],
-            z["cp"] - box.log2_deg_max[3],
+            z["tp"] - hi[0],
+            lo[0] - z["tp"],
+            z["pp"] - hi[1],
+            lo[1] - z["pp"],
+            z["cp"] - hi[3],
+            lo[3] - z["cp"],
+            -z["rest"],
+            z["ep"] - (z["dp"] + z["cp"]),
+            z["pp"] + z["v"] - jnp.log2(m.layers),
             (z["dp"] + z["mb"]) - jnp.log2(tr.global_batch),
         ]
     )
-    return {"objective": obj, "log_objective": jnp.log(obj), "violations": viol, "report": r}
+    return {"objective": obj, "log_objective": jnp.log(obj), "violations": viol, "report": r, "z": z}
 
 
 def loss_and_aux(params: dict, tau, rho, space: Space, box: Box, base: dict):
@@ -221,7 +316,7 @@ def loss_and_aux(params: dict, tau, rho, space: Space, box: Box, base: dict):
     relaxed log2 degrees (for ``jax.value_and_grad(..., has_aux=True)``)."""
     t = loss_terms(params, tau, space, box, base)
     val = t["log_objective"] + rho * jnp.sum(jax.nn.relu(t["violations"]) ** 2)
-    aux = {"objective": t["objective"], "violations": t["violations"], "z": degrees_of(params, space, box)}
+    aux = {"objective": t["objective"], "violations": t["violations"], "z": t["z"]}
     return val, aux
 
 

@@ -42,6 +42,8 @@ __all__ = [
     "check_system",
     "check_strategy",
     "check_all",
+    "check_efficiency",
+    "check_training",
 ]
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -429,8 +431,42 @@ def check_strategy(st: Strategy, model: Model, training: Training, system: Syste
     _positive("training.tokens", training.tokens, allow_zero=True)
 
 
-def check_all(model: Model, training: Training, system: System, strategy: Strategy) -> None:
+_FRACTIONS = ("gemm_max", "attention_eff", "hbm_eff")
+_OVERLAPS = ("dp_overlap_eff", "tp_overlap_eff", "cp_overlap_eff", "p2p_overlap_eff")
+
+
+def check_efficiency(eff: Efficiency) -> None:
+    """Check concrete efficiency parameters: rates in (0, 1], overlaps in [0, 1], sizes >= 0."""
+    for f in _FRACTIONS:
+        v = _positive(f"efficiency.{f}", getattr(eff, f))
+        if v > 1:
+            raise SpecError(f"efficiency.{f}", getattr(eff, f), "a fraction of peak in (0, 1]")
+    for f in _OVERLAPS:
+        v = _positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
+        if v > 1:
+            raise SpecError(f"efficiency.{f}", getattr(eff, f), "a fraction in [0, 1]")
+    for f in ("elementwise_traffic", "optimizer_bytes_per_param"):
+        _positive(f"efficiency.{f}", getattr(eff, f))
+    for f in ("gemm_half_dim", "step_overhead_s", "memory_overhead_gb"):
+        _positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
+
+
+def check_training(training: Training) -> None:
+    """Check concrete training settings."""
+    _positive("training.global_batch", training.global_batch, integer=True)
+    _positive("training.tokens", training.tokens, allow_zero=True)
+    _positive("training.grad_reduce_bytes", training.grad_reduce_bytes)
+    if training.precision not in PRECISIONS:
+        raise SpecError("training.precision", training.precision, f"one of {list(PRECISIONS)}")
+
+
+def check_all(
+    model: Model, training: Training, system: System, strategy: Strategy, efficiency: Efficiency | None = None
+) -> None:
     """All checks for one concrete configuration (used by :func:`codesign.evaluate`)."""
     check_model(model)
+    check_training(training)
     check_system(system)
     check_strategy(strategy, model, training, system)
+    if efficiency is not None:
+        check_efficiency(efficiency)

@@ -17,8 +17,10 @@ Liu et al. 2023); each MoE layer all-to-alls its tokens' ``top_k`` slots to the 
 and back, forward and backward (Lepikhin et al. 2020).  Data parallelism all-reduces the
 gradients (ZeRO-0), reduce-scatters them and all-gathers the updated weights (ZeRO-1/2,
 Megatron's distributed optimizer), or does that for every micro-batch with two gathers
-(ZeRO-3/FSDP); it is hidden behind the backward (and, for ZeRO-3, all) compute up to
-``dp_overlap_eff`` when ``overlap_dp`` is on.
+(ZeRO-3/FSDP).  With ``overlap_dp`` on, up to ``dp_overlap_eff`` of one micro-batch's
+forward and backward hides it (gradient buckets reduce during the last backward; the
+distributed optimizer's parameter all-gather overlaps the next forward), and for ZeRO-3 the
+compute of all micro-batches (parameter prefetch).
 
 Everything is an array: :func:`evaluate` is jit-compiled once per static structure (number
 of tiers, precision, exact or relaxed) and vmaps over any leaf.
@@ -129,6 +131,7 @@ def local_params(model: Model, strategy: Strategy, sm: Smoothing) -> dict:
     return {
         "dense": lps * dense_layer / st.tp + emb,
         "expert": lps * expert_layer / (st.tp * st.ep),
+        "per_layer": dense_layer / st.tp + expert_layer / (st.tp * st.ep),
     }
 
 
@@ -193,7 +196,8 @@ def evaluate_unchecked(
         ag = lat + 2.0 * n_params * per_byte
         return z[0] * 2.0 * rs + (z[1] + z[2]) * (rs + ag) + z[3] * n_mb * (rs + 2.0 * ag)
 
-    t_dp = dp_time(pl["dense"], groups["dp"]) + dp_time(pl["expert"], groups["edp"])
+    has_experts = jnp.where(pl["expert"] > 0, 1.0, 0.0)  # no empty expert collective for dense models
+    t_dp = dp_time(pl["dense"], groups["dp"]) + has_experts * dp_time(pl["expert"], groups["edp"])
     window = (1.0 - z[3]) * (t_fwd + t_bwd) + z[3] * n_mb * (t_fwd + t_bwd + t_rec)
     window = st.overlap_dp * eff.dp_overlap_eff * window
     dp_exposed = sm.relu(t_dp - window, scale=t_mb)
@@ -286,9 +290,9 @@ def evaluate(
         True
     """
     eff = Efficiency() if efficiency is None else efficiency
-    leaves = jax.tree_util.tree_leaves((model, training, system, strategy))
-    if _is_concrete_scalar_tree((model, training, system, strategy)) and all(
+    leaves = jax.tree_util.tree_leaves((model, training, system, strategy, eff))
+    if _is_concrete_scalar_tree((model, training, system, strategy, eff)) and all(
         jnp.ndim(x) == 0 or (jnp.ndim(x) == 1 and jnp.shape(x)[0] in (3, 4, 5)) for x in leaves
     ):
-        check_all(model, training, system, strategy)
+        check_all(model, training, system, strategy, eff)
     return _evaluate_jit(model, training, system, strategy, eff, smoothing)

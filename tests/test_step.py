@@ -366,20 +366,35 @@ def test_small_doc_is_checked():
         cd.load_run_dict(small_doc(tp=3, pp=2, dp=16))
 
 
-# ---- the worked example's time terms by hand ------------------------------------------
+# ---- time terms by hand -----------------------------------------------------------------
+
+
+def links(cfg):
+    """``(alpha_s, beta_bytes_per_s)`` of each tier: latency, and bandwidth derated by the
+    tier's efficiency and oversubscription (the catalog's nvlink3 is 300 GB/s and 3 us,
+    ib-hdr-200 25 GB/s and 5 us, nvlink4 450 GB/s and 2.5 us, ib-ndr-400 50 GB/s and 5 us)."""
+    return [
+        (
+            float(t.latency_us) * 1e-6,
+            float(t.bandwidth_gbps) * 1e9 * float(t.efficiency) / float(t.oversubscription),
+        )
+        for t in cfg.system.tiers
+    ]
 
 
 def test_example_time_terms_by_hand():
     """GPT-3 175B, 1024 A100-80GB, tp 8 pp 8 (v = 4) dp 16, b = 1, SP, selective, ZeRO-1,
-    flash attention, default efficiencies; every term from the documented formulas."""
+    flash attention; every term from the documented formulas."""
     cfg = example_config()
     r = report_of(cfg)
     b = {k: float(v) for k, v in r.breakdown_s.items()}
-    eff = cd.Efficiency()
+    eff = cfg.efficiency
+    (a0, b0), (a1, b1) = links(cfg)
+    acc = cfg.system.accelerator
     l, h, V, s, B = 96.0, 12288.0, 51200.0, 2048.0, 1536.0
     tp, pp, dp, v = 8.0, 8.0, 16.0, 4.0
     n_mb, lps, tokens = B / dp, l / pp, s  # micro-batch of 1 sequence, no CP
-    peak, hbm = 312e12, 2.039e12 * eff.hbm_eff
+    peak, hbm = float(acc.peak_tflops) * 1e12, float(acc.hbm_tbps) * 1e12 * eff.hbm_eff
 
     def g(m_, n_, k_):  # GEMM at gemm_max * d / (d + d_half) of peak, d = min dimension
         d = min(m_, n_, k_)
@@ -400,24 +415,26 @@ def test_example_time_terms_by_hand():
     assert math.isclose(b["recompute"], n_mb * lps * attention, rel_tol=1e-12)
 
     # TP: 2 forward + 2 backward all-reduces (RS + AG with SP) of the b s h bf16 activations
-    # per layer, ring of 8 on NVLink 3 (300 GB/s, 3 us).
+    # per layer, ring of 8 on NVLink 3.
     S = 2 * tokens * h
-    ar = 2 * (7 * 3e-6 + 7 / 8 * S / 300e9)
+    ar = 2 * (7 * a0 + 7 / 8 * S / b0)
     t_tp = lps * 4 * ar
     assert math.isclose(b["tp_comm"], n_mb * t_tp, rel_tol=1e-12)
-    for k in ("cp_comm", "ep_comm", "overhead"):
+    for k in ("cp_comm", "ep_comm"):
         assert b[k] == 0.0
+    assert b["overhead"] == eff.step_overhead_s
 
     # 1F1B interleaved bubble: (p - 1)/v micro-batch times.
     t_mb = 3 * t_fwd + lps * attention + t_tp
     assert math.isclose(b["pp_bubble"], (pp - 1) / v * t_mb, rel_tol=1e-12)
 
-    # P2P: stages are tp*dp = 128 ranks apart, so every hop crosses HDR IB (25 GB/s, 5 us);
-    # b s h / t bf16 elements per message (scatter/gather, Narayanan Sec. 4.1); warm-up and
-    # cool-down p - 1 plus all n_mb v steady-state transfers exposed (p2p_overlap_eff = 0),
-    # forward and backward.
-    p2p_one = 5e-6 + 2 * tokens * h / tp / 25e9
-    assert math.isclose(b["pp_p2p"], 2 * p2p_one * ((pp - 1) + n_mb * v), rel_tol=1e-12)
+    # P2P: stages are tp*dp = 128 ranks apart, so every hop crosses HDR IB; b s h / t bf16
+    # elements per message (scatter/gather, Narayanan Sec. 4.1); the warm-up and cool-down
+    # p - 1 transfers and the unhidden (1 - p2p_overlap_eff) of the n_mb v steady-state ones
+    # are exposed, forward and backward.
+    p2p_one = a1 + 2 * tokens * h / tp / b1
+    exposed = (pp - 1) + (1 - eff.p2p_overlap_eff) * n_mb * v
+    assert math.isclose(b["pp_p2p"], 2 * p2p_one * exposed, rel_tol=1e-12)
 
     # DP (ZeRO-1, Megatron distributed optimizer): reduce-scatter fp32 grads and all-gather
     # bf16 weights over the 16 dp ranks, 8 ranks apart: one per node, a ring of 16 on IB;
@@ -425,7 +442,7 @@ def test_example_time_terms_by_hand():
     pd = lps * (12 * h**2 + 2 * h) / tp + V * h / tp
 
     def rs(size):
-        return 15 * 5e-6 + 15 / 16 * size / 25e9
+        return 15 * a1 + 15 / 16 * size / b1
 
     t_dp = rs(4 * pd) + rs(2 * pd)
     assert math.isclose(
@@ -446,11 +463,12 @@ def test_moe_expert_parallel_terms_by_hand():
     and 8 over IB (share 4/8)."""
     cfg = CONFIGS["mixtral-ep"]()
     r = report_of(cfg)
+    (a0, b0), (a1, b1) = links(cfg)
     h, s, l, k, pp, tp = 4096.0, 4096.0, 32.0, 2.0, 2.0, 2.0
     n_mb = 256 / 16
     tokens = s / tp  # with SP each TP rank dispatches its 1/tp of the tokens
     S = 2 * tokens * k * h
-    a2a = (2.5e-6 + 3 / 8 * S / 450e9) + (5e-6 + 4 / 8 * S / 50e9)
+    a2a = (a0 + 3 / 8 * S / b0) + (a1 + 4 / 8 * S / b1)
     t_ep = l / pp * 4 * a2a
     assert math.isclose(float(r.breakdown_s["ep_comm"]), n_mb * t_ep, rel_tol=1e-12)
     # Expert parameters: 8 experts x 3 h f per layer, sharded tp x ep ways.
@@ -497,7 +515,7 @@ def test_dense_model_dp_comm_by_hand_three_tiers(zero):
     assert math.isclose(float(r.params["local_dense"]), pd, rel_tol=1e-12)
     # dp ranks are 8 apart: none share a node, 8 share an IB domain, 2 regions.
     fans = [1, 8, 2]
-    tiers = [(2.5e-6, 450e9), (5e-6, 50e9), (10000e-6, 1e9)]
+    tiers = links(cfg)  # nvlink4, ib-ndr-400, cross-region (1 GB/s, 10 ms)
     rs4, ag2 = _rs_time(4 * pd, fans, tiers), _rs_time(2 * pd, fans, tiers)
     n_mb = 512 / 16
     expected = {0: 2 * rs4, 1: rs4 + ag2, 3: n_mb * (rs4 + 2 * ag2)}[zero]
@@ -520,7 +538,7 @@ def test_moe_dp_comm_by_hand():
     h, V = 4096.0, 32000.0
     attn = h * (h + 2 * 1024) + h * h
     assert math.isclose(pd, 16 * (attn + 2 * h + 8 * h) / 2 + V * h / 2, rel_tol=1e-12)
-    tiers = [(2.5e-6, 450e9), (5e-6, 50e9)]
+    tiers = links(cfg)
     dense = _rs_time(4 * pd, [4, 4], tiers) + _rs_time(2 * pd, [4, 4], tiers)
     expert = _rs_time(4 * pe, [1, 2], tiers) + _rs_time(2 * pe, [1, 2], tiers)
     assert math.isclose(float(r.breakdown_s["dp_comm"]), dense + expert, rel_tol=1e-12)
@@ -541,11 +559,13 @@ def test_context_parallel_comm_by_hand(recompute):
     ]
     cfg = cd.load_run_dict(doc)
     r = report_of(cfg)
-    eff = cd.Efficiency()
+    eff = cfg.efficiency
+    _, (a1, b1) = links(cfg)
+    peak_half = float(cfg.system.accelerator.peak_tflops) * 1e12
     s, q, kv, tp, cp, lps = 8192.0, 4096.0, 1024.0, 2.0, 2.0, 16.0
     S = 2 * 2 * s * kv / tp
-    ag = 5e-6 + 1 / 2 * S / 2e9
-    attention = 4 * (s / cp) * s * q / tp / (989.4e12 * eff.attention_eff)
+    ag = a1 + 1 / 2 * S / b1
+    attention = 4 * (s / cp) * s * q / tp / (peak_half * eff.attention_eff)
     exposed = max(ag - eff.cp_overlap_eff * attention, 0.0)
     assert exposed > 0
     passes = 3 + (recompute == "full")

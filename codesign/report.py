@@ -1,0 +1,82 @@
+"""Readable and JSON forms of a :class:`~codesign.step.Report`."""
+
+from __future__ import annotations
+
+__all__ = ["report_to_dict", "format_report"]
+
+
+def _f(x) -> float:
+    return float(x)
+
+
+def report_to_dict(report, cfg=None) -> dict:
+    """A JSON-ready dict of a scalar :class:`~codesign.step.Report`."""
+    from codesign.step import BREAKDOWN_KEYS, MEMORY_KEYS
+
+    cost = {k: _f(v) for k, v in report.cost.items()}
+    out = {
+        "step_time_s": _f(report.step_time_s),
+        "breakdown_s": {k: _f(report.breakdown_s[k]) for k in BREAKDOWN_KEYS},
+        "memory_gb": {k: _f(report.memory_gb[k]) for k in MEMORY_KEYS},
+        "fits": bool(report.fits),
+        "mfu": _f(report.mfu),
+        "hfu": _f(report.hfu),
+        "tokens_per_s": _f(report.tokens_per_s),
+        "model_flops_per_step": _f(report.model_flops_per_step),
+        "num_microbatches": _f(report.num_microbatches),
+        "params": {k: _f(v) for k, v in report.params.items()},
+        "cost": {
+            k: cost[k]
+            for k in ("capex_usd", "network_capex_usd", "power_kw", "usd_per_hour", "usd_per_step", "energy_kwh_per_step")
+        },
+    }
+    if cfg is not None:
+        out["config"] = cfg.names
+        if float(cfg.training.tokens) > 0:
+            out["time_to_train_days"] = cost["time_to_train_days"]
+            out["cost_to_train_usd"] = cost["cost_to_train_usd"]
+            out["energy_to_train_mwh"] = cost["energy_to_train_mwh"]
+    return out
+
+
+def format_report(d: dict, cfg=None) -> str:
+    """A readable breakdown of :func:`report_to_dict`'s output."""
+    lines = []
+    if cfg is not None:
+        st = cfg.strategy
+        rec = ("none", "selective", "full")[int(st.recompute.argmax())]
+        lines.append(
+            f"model {cfg.names['model']} on {int(cfg.system.num_accelerators)} x {cfg.names['accelerator']}"
+            f" (tiers: {', '.join(cfg.names['tiers'])})"
+        )
+        lines.append(
+            f"strategy tp={st.tp:g} pp={st.pp:g} dp={st.dp:g} cp={st.cp:g} ep={st.ep:g} "
+            f"microbatch={st.microbatch:g} interleave={st.interleave:g} sp={bool(st.sequence_parallel)} "
+            f"recompute={rec} zero={int(st.zero.argmax())}"
+        )
+        lines.append("")
+    step = d["step_time_s"]
+    lines.append(f"step time          {step:12.4f} s")
+    for k, v in d["breakdown_s"].items():
+        if v != 0.0:
+            lines.append(f"  {k:<16} {v:12.4f} s  {100 * v / step:5.1f} %")
+    lines.append(f"tokens/s           {d['tokens_per_s']:12.1f}")
+    lines.append(f"MFU                {100 * d['mfu']:11.1f} %   (HFU {100 * d['hfu']:.1f} %)")
+    lines.append(f"micro-batches      {d['num_microbatches']:12.0f}")
+    lines.append("")
+    mem = d["memory_gb"]
+    lines.append(f"memory/accelerator {mem['total']:12.2f} GB  {'fits' if d['fits'] else 'DOES NOT FIT'}")
+    for k in ("weights", "gradients", "optimizer", "activations", "buffers"):
+        lines.append(f"  {k:<16} {mem[k]:12.2f} GB")
+    lines.append("")
+    c = d["cost"]
+    lines.append(f"capex              {c['capex_usd'] / 1e6:12.2f} M$  (network {c['network_capex_usd'] / 1e6:.2f} M$)")
+    lines.append(f"power              {c['power_kw']:12.1f} kW")
+    lines.append(f"cost               {c['usd_per_hour']:12.2f} $/h   {c['usd_per_step']:.4f} $/step")
+    lines.append(f"energy             {c['energy_kwh_per_step']:12.4f} kWh/step")
+    if "time_to_train_days" in d:
+        lines.append(
+            f"to train           {d['time_to_train_days']:12.2f} days  {d['cost_to_train_usd'] / 1e6:.3f} M$"
+            f"  {d['energy_to_train_mwh']:.1f} MWh"
+        )
+    return "\n".join(lines)

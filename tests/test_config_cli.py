@@ -1,0 +1,291 @@
+"""The command line and the config loader: output formats and one-line errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+from conftest import EXAMPLE_TOML, REPO
+
+import codesign as cd
+from codesign.cli import main
+
+GOOD = """
+[model]
+preset = "llama3-8b"
+
+[training]
+global_batch = 512
+{tokens}
+
+[system]
+accelerator = "h100-sxm5-80gb"
+num_accelerators = 64
+
+[[system.tiers]]
+preset = "nvlink4"
+domain = 8
+
+[[system.tiers]]
+preset = "ib-ndr-400"
+domain = {outer_domain}
+bandwidth_gbps = {bw}
+
+[strategy]
+tp = {tp}
+pp = 2
+dp = {dp}
+"""
+
+
+def write(tmp_path, text, name="run.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def good(tokens="", outer_domain=64, bw=50.0, tp=2, dp=16):
+    return GOOD.format(tokens=tokens, outer_domain=outer_domain, bw=bw, tp=tp, dp=dp)
+
+
+# ---- successful runs -------------------------------------------------------------------
+
+
+def test_evaluate_example_prints_table(capsys):
+    assert main(["evaluate", str(EXAMPLE_TOML)]) == 0
+    out = capsys.readouterr().out
+    for needle in (
+        "step time",
+        "forward",
+        "memory/accelerator",
+        "fits",
+        "capex",
+        "to train",
+        "tp=8 pp=8 dp=16",
+    ):
+        assert needle in out, needle
+
+
+def test_evaluate_json_keys_and_values(capsys):
+    assert main(["evaluate", str(EXAMPLE_TOML), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    for k in ("step_time_s", "breakdown_s", "memory_gb", "fits", "mfu", "tokens_per_s", "cost"):
+        assert k in d, k
+    assert set(d["breakdown_s"]) == set(cd.BREAKDOWN_KEYS)
+    assert {"weights", "gradients", "optimizer", "activations", "buffers", "total"} <= set(
+        d["memory_gb"]
+    )
+    assert {"capex_usd", "usd_per_hour", "usd_per_step", "energy_kwh_per_step"} <= set(d["cost"])
+    assert d["fits"] is True
+    # training.tokens = 3e11 is given in the example.
+    assert "time_to_train_days" in d and "cost_to_train_usd" in d
+    # The numbers are the library's.
+    cfg = cd.load_run(EXAMPLE_TOML)
+    r = cd.evaluate(*cfg.specs())
+    assert math.isclose(d["step_time_s"], float(r.step_time_s), rel_tol=1e-12)
+    assert math.isclose(sum(d["breakdown_s"].values()), d["step_time_s"], rel_tol=1e-12)
+    assert math.isclose(d["memory_gb"]["total"], float(r.memory_gb["total"]), rel_tol=1e-12)
+    assert math.isclose(d["cost"]["capex_usd"], float(r.cost["capex_usd"]), rel_tol=1e-12)
+    assert math.isclose(d["time_to_train_days"], float(r.cost["time_to_train_days"]), rel_tol=1e-12)
+    assert math.isclose(d["tokens_per_s"], 1536 * 2048 / d["step_time_s"], rel_tol=1e-12)
+
+
+def test_json_without_tokens_has_no_time_to_train(tmp_path, capsys):
+    p = write(tmp_path, good())
+    assert main(["evaluate", str(p), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert "time_to_train_days" not in d
+    assert "cost_to_train_usd" not in d
+    assert set(d["breakdown_s"]) == set(cd.BREAKDOWN_KEYS)
+
+
+def test_json_with_tokens(tmp_path, capsys):
+    p = write(tmp_path, good(tokens="tokens = 1.5e13"))
+    assert main(["evaluate", str(p), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    steps = 1.5e13 / (512 * 8192)
+    assert math.isclose(d["time_to_train_days"], steps * d["step_time_s"] / 86400, rel_tol=1e-12)
+    assert math.isclose(d["cost_to_train_usd"], steps * d["cost"]["usd_per_step"], rel_tol=1e-12)
+
+
+def test_config_that_does_not_fit_is_not_an_error(tmp_path, capsys):
+    text = """
+[model]
+preset = "gpt3-175b"
+[training]
+global_batch = 64
+[system]
+accelerator = "a100-sxm4-40gb"
+num_accelerators = 64
+[strategy]
+tp = 8
+pp = 8
+dp = 1
+recompute = "none"
+zero = 0
+"""
+    p = write(tmp_path, text)
+    assert main(["evaluate", str(p), "--json"]) == 0
+    captured = capsys.readouterr()
+    d = json.loads(captured.out)
+    assert d["fits"] is False
+    assert d["memory_gb"]["total"] > 40.0
+    assert all(math.isfinite(v) for v in d["breakdown_s"].values())
+    assert main(["evaluate", str(p)]) == 0
+    assert "DOES NOT FIT" in capsys.readouterr().out
+
+
+def test_load_run_dict_preset_overrides():
+    cfg = cd.load_run_dict(
+        {
+            "model": {"preset": "llama3-8b", "seq_len": 4096},
+            "training": {"global_batch": 64},
+            "system": {"accelerator": "h100-sxm5-80gb", "num_accelerators": 16, "hbm_gb": 96},
+            "strategy": {"tp": 8, "pp": 1, "dp": 2},
+        }
+    )
+    assert float(cfg.model.seq_len) == 4096.0 and float(cfg.model.hidden) == 4096.0
+    assert float(cfg.system.accelerator.hbm_gb) == 96.0
+    # Default tiers from the accelerator preset: nvlink4 x 8, then ib-ndr-400 over the cluster.
+    assert [float(t.domain) for t in cfg.system.tiers] == [8.0, 16.0]
+    assert [float(t.bandwidth_gbps) for t in cfg.system.tiers] == [450.0, 50.0]
+
+
+# ---- bad input: exit 2, one line on stderr naming the field, no traceback ------------
+
+BAD = {
+    "negative_bandwidth": (good(bw=-50.0), "bandwidth_gbps"),
+    "tp_not_dividing_heads": (
+        good(tp=3, dp=32)
+        .replace("pp = 2", "pp = 1")
+        .replace("num_accelerators = 64", "num_accelerators = 96")
+        .replace("domain = 64", "domain = 96"),
+        "strategy.tp",
+    ),
+    "degrees_product": (good(dp=8), "tp*pp*dp*cp"),
+    "unknown_preset": (
+        good().replace('preset = "llama3-8b"', 'preset = "gpt-5-turbo"'),
+        "model.preset",
+    ),
+    "missing_tier": (good(outer_domain=32), "system.tiers"),
+    "malformed_toml": (good().replace("[model]", "[model"), "TOML"),
+    "unknown_key": (
+        good().replace("dp = 16", "dp = 16\ndata_parallel = 4"),
+        "strategy.data_parallel",
+    ),
+    "bad_recompute": (
+        good().replace("dp = 16", 'dp = 16\nrecompute = "some"'),
+        "strategy.recompute",
+    ),
+    "string_number": (
+        good().replace("global_batch = 512", 'global_batch = "512"'),
+        "training.global_batch",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_exit_2_one_line(case, tmp_path, capsys):
+    text, field = BAD[case]
+    p = write(tmp_path, text)
+    rc = main(["evaluate", str(p)])
+    captured = capsys.readouterr()
+    assert rc == 2
+    err = captured.err.strip()
+    assert err, "no error message"
+    assert "\n" not in err, err
+    assert "Traceback" not in err
+    assert field in err, err
+    assert err.startswith("codesign: error:")
+    assert captured.out == ""
+
+
+def test_bad_input_tp_message_names_heads(tmp_path, capsys):
+    text, _ = BAD["tp_not_dividing_heads"]
+    assert main(["evaluate", str(write(tmp_path, text))]) == 2
+    assert "model.heads" in capsys.readouterr().err
+
+
+def test_missing_file(tmp_path, capsys):
+    assert main(["evaluate", str(tmp_path / "nope.toml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err and "nope.toml" in err
+
+
+def test_bad_input_as_subprocess(tmp_path):
+    p = write(tmp_path, BAD["negative_bandwidth"][0])
+    proc = subprocess.run(
+        [sys.executable, "-m", "codesign.cli", "evaluate", str(p)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("codesign: error:")]
+    assert len(errors) == 1 and "bandwidth_gbps" in errors[0]
+    assert proc.stdout == ""
+
+
+def test_console_script_entry_point_one_line(tmp_path):
+    """What the ``codesign`` console script runs (``codesign.cli:main``): exactly one line."""
+    p = write(tmp_path, BAD["missing_tier"][0])
+    code = "import sys; from codesign.cli import main; sys.exit(main())"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "evaluate", str(p)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("codesign: error: system.tiers")
+
+
+# ---- more bad input: every invalid number is a one-line error, never a traceback -------
+# (TOML allows the literals nan and inf.)
+
+BAD_MORE = {
+    "global_batch_nan": (
+        good().replace("global_batch = 512", "global_batch = nan"),
+        "training.global_batch",
+    ),
+    "global_batch_inf": (
+        good().replace("global_batch = 512", "global_batch = inf"),
+        "training.global_batch",
+    ),
+    "tier_name_not_string": (
+        good().replace('preset = "nvlink4"', 'preset = "nvlink4"\nname = 5'),
+        "system.tiers[0].name",
+    ),
+    "grad_reduce_bytes_negative": (
+        good().replace("global_batch = 512", "global_batch = 512\ngrad_reduce_bytes = -4"),
+        "training.grad_reduce_bytes",
+    ),
+    "efficiency_gemm_max_zero": (good() + "\n[efficiency]\ngemm_max = 0\n", "efficiency.gemm_max"),
+    "efficiency_hbm_eff_nan": (good() + "\n[efficiency]\nhbm_eff = nan\n", "efficiency.hbm_eff"),
+    "efficiency_overlap_above_one": (
+        good() + "\n[efficiency]\ndp_overlap_eff = 2.0\n",
+        "efficiency.dp_overlap_eff",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_MORE))
+def test_more_bad_input_exit_2_one_line(case, tmp_path, capsys):
+    text, field = BAD_MORE[case]
+    p = write(tmp_path, text)
+    try:
+        rc = main(["evaluate", str(p)])
+    except Exception as e:  # a traceback is a failure of the contract, not of the test
+        pytest.fail(f"main() raised {type(e).__name__}: {e}")
+    captured = capsys.readouterr()
+    assert rc == 2, captured.out[:200]
+    err = captured.err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    assert field in err, err
