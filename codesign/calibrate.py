@@ -104,6 +104,8 @@ POSITIVE_PARAMS = frozenset(
         "optimizer_bytes_per_param",
         "step_overhead_s",
         "memory_overhead_gb",
+        "backward_factor",
+        "moe_imbalance",
     }
 )
 """Positive parameters: ``exp`` reparametrization."""

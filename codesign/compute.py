@@ -16,7 +16,8 @@ Peak FLOP/s is not achieved.  Three kinds of work, each with a named efficiency
   tensors) at ``hbm_eff`` of HBM bandwidth.
 
 Backward costs twice the forward FLOPs (Narayanan et al. 2021 Sec. 3.5) and twice the
-element-wise traffic.  Tensor parallelism splits the GEMMs and attention heads ``tp`` ways
+element-wise traffic; its time is ``backward_factor`` (2 by default, calibrated) times the
+forward GEMM and attention time (see :mod:`codesign.step`).  Tensor parallelism splits the GEMMs and attention heads ``tp`` ways
 (Shoeybi et al. 2019); context parallelism splits the sequence ``cp`` ways (each rank
 attends its ``s/cp`` queries to all ``s`` keys); expert parallelism spreads the experts of
 an MoE layer over ``ep`` ranks, each rank processing ``top_k`` expert slots per local token.
@@ -88,7 +89,7 @@ def layer_times(
     local_experts = jnp.maximum(safe_div(m.moe_experts, st.ep, 1.0), 1.0)
     slots = tokens * m.moe_top_k  # expert-token pairs this rank computes (balanced routing)
     per_expert = safe_div(slots, local_experts)
-    routed = local_experts * (g(per_expert, (mats - 1.0) * fe, h) + g(per_expert, h, fe))
+    routed = local_experts * (g(per_expert, (mats - 1.0) * fe, h) + g(per_expert, h, fe)) * eff.moe_imbalance
     shared = m.moe_shared_experts * (g(tokens, (mats - 1.0) * fe, h) + g(tokens, h, fe))
     router = g(tokens, jnp.maximum(m.moe_experts, 1.0), h)
     moe_mlp = router + routed + shared
@@ -98,7 +99,10 @@ def layer_times(
     attn_flops = 4.0 * tokens * m.seq_len * q / st.tp
     attention = safe_div(attn_flops, peak_half * eff.attention_eff)
     hbm = system.accelerator.hbm_tbps * 1e12 * eff.hbm_eff
-    elementwise = eff.elementwise_traffic * act_bytes_layer / hbm
+    # MoE token permutation: dispatch and combine each read and write top_k copies of the
+    # tokens (16-bit) in HBM.
+    moe_permute = moe_frac * 2.0 * 2.0 * 2.0 * slots * h / hbm
+    elementwise = eff.elementwise_traffic * act_bytes_layer / hbm + moe_permute
     score_elementwise = eff.elementwise_traffic * score_bytes_layer / hbm
     logits = g(tokens, m.vocab / st.tp, h)
     return {

@@ -216,6 +216,14 @@ class Efficiency:
       weights: read param, grad, m, v; write param, m, v, half copy).
     * Overlap efficiencies give the fraction of overlappable compute that actually hides
       communication.
+    * The backward pass of the GEMMs and attention takes ``backward_factor`` times their
+      forward time: 2 by FLOP count (Narayanan et al. 2021 Sec. 3.5), more in practice
+      because weight- and data-gradient GEMMs and the attention backward run less
+      efficiently than the forward kernels.
+    * MoE layers move their dispatched tokens through HBM (permute and un-permute, forward
+      and backward) and the busiest expert rank takes ``moe_imbalance`` (>= 1) times the
+      balanced expert time (routing is never perfectly balanced; Fedus et al. 2021's
+      capacity factor).
     """
 
     gemm_max: float = 0.80
@@ -230,6 +238,8 @@ class Efficiency:
     p2p_overlap_eff: float = 0.0
     step_overhead_s: float = 0.0
     memory_overhead_gb: float = 2.0
+    backward_factor: float = 2.0
+    moe_imbalance: float = 1.0
 
 
 # --------------------------------------------------------------------------------------
@@ -445,8 +455,10 @@ def check_efficiency(eff: Efficiency) -> None:
         v = _positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
         if v > 1:
             raise SpecError(f"efficiency.{f}", getattr(eff, f), "a fraction in [0, 1]")
-    for f in ("elementwise_traffic", "optimizer_bytes_per_param"):
+    for f in ("elementwise_traffic", "optimizer_bytes_per_param", "backward_factor"):
         _positive(f"efficiency.{f}", getattr(eff, f))
+    if float(eff.moe_imbalance) < 1:
+        raise SpecError("efficiency.moe_imbalance", eff.moe_imbalance, "a factor >= 1")
     for f in ("gemm_half_dim", "step_overhead_s", "memory_overhead_gb"):
         _positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
 

@@ -159,7 +159,7 @@ def evaluate_unchecked(
     lps = m.layers / st.pp
     layer_fwd = lt["gemm"] + lt["attention"] + lt["elementwise"]
     t_fwd = lps * layer_fwd + lt["logits"]
-    t_bwd = 2.0 * t_fwd
+    t_bwd = eff.backward_factor * (lps * (lt["gemm"] + lt["attention"]) + lt["logits"]) + 2.0 * lps * lt["elementwise"]
     # Selective recomputation re-runs the attention core (QK^T, softmax, dropout, AV).
     t_rec = lps * (r[1] * (lt["attention"] + lt["score_elementwise"]) + r[2] * layer_fwd)
 

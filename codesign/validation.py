@@ -600,6 +600,8 @@ PARAM_GROUPING = {
     "elementwise_traffic": "shared",
     "cp_overlap_eff": "shared",
     "p2p_overlap_eff": "shared",
+    "backward_factor": "shared",
+    "moe_imbalance": "shared",
 }
 """How each parameter is shared: one value, one per generation, per generation and GEMM
 precision (FP8 GEMMs get their own ``gemm_max``), or one per fabric kind (scale-up, scale-out)."""
@@ -612,6 +614,8 @@ DEFAULT_PARAMS = (
     "dp_overlap_eff",
     "tp_overlap_eff",
     "tier_efficiency",
+    "backward_factor",
+    "moe_imbalance",
 )
 """The calibrated parameter set (chosen by the ablation in ``experiments/results/validation.md``)."""
 
@@ -2195,7 +2199,9 @@ def run_cli(args) -> int:
             json.dumps({k: v for k, v in res.items() if k != "_dataset"}, indent=1, default=str)
         )
         if ablation and not stored_ablation:
-            (out_dir / "ablation.json").write_text(json.dumps(ablation, indent=1, default=str))
+            (out_dir / "ablation.json").write_text(
+                json.dumps(_ablation_summary(ablation), indent=1, default=str)
+            )
         say(
             f"wrote {out_dir / 'validation.md'}, {out_dir / 'parity.png'}, {out_dir / 'validation.json'}"
         )
@@ -2209,6 +2215,22 @@ def run_cli(args) -> int:
         say(f"wrote {path}")
     say(f"done in {time.perf_counter() - t0:.0f} s")
     return 0
+
+
+def _ablation_summary(ablation: dict) -> dict:
+    """What :func:`ablation_rows` needs of each candidate's results (no per-row arrays)."""
+    keep = ("name", "kind", "held_source", "values", "start", "msle", "loss", "per_group")
+    return {
+        name: {
+            **{
+                k: v
+                for k, v in res.items()
+                if k not in ("points", "splits", "ranges", "skipped", "_dataset")
+            },
+            "splits": [{k: sp[k] for k in keep if k in sp} for sp in res["splits"]],
+        }
+        for name, res in ablation.items()
+    }
 
 
 def register_cli(sub) -> None:

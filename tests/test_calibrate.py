@@ -72,6 +72,15 @@ def test_synthetic_recovers_known_parameters(synthetic):
     assert fit.loss_history[-1] < fit.loss_history[0]
 
 
+def test_lbfgs_recovers_known_parameters(synthetic):
+    rows, t = synthetic
+    fit = calibrate(
+        rows, t, cd.Efficiency(), ["gemm_max", "attention_eff"], steps=0, lbfgs_steps=25, prior=0.0
+    )
+    for name, true in TRUE.items():
+        assert fit.values[name]["all"] == pytest.approx(true, rel=1e-3)
+
+
 def test_calibration_is_deterministic(synthetic):
     rows, t = synthetic
     a = _fit_synthetic(rows, t)
