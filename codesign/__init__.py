@@ -6,8 +6,8 @@ loader.  Submodules (``workload``, ``compute``, ``memory``, ``collectives``, ``p
 """
 
 from codesign import config, smoothing
-from codesign.report import format_report, report_to_dict
 from codesign.config import RunConfig, load_run, load_run_dict
+from codesign.report import format_report, report_to_dict
 from codesign.smoothing import EXACT, Smoothing
 from codesign.specs import (
     Accelerator,

@@ -35,8 +35,8 @@ from codesign.specs import (
     check_efficiency,
     check_model,
     check_strategy,
-    check_training,
     check_system,
+    check_training,
     make_strategy,
 )
 
