@@ -247,9 +247,9 @@ def _grid(field: str, spec, integer: bool) -> tuple:
         if scale not in ("log", "linear"):
             raise SpecError(f"{field}.scale", scale, "log or linear")
         vals = list((np.geomspace if scale == "log" else np.linspace)(lo, hi, num))
-    if integer:
-        vals = [float(round(v)) for v in vals]
-    return _numbers(field, [float(v) for v in vals], integer)
+    # Integers rounded; others to 12 significant digits (no 20.000000000000004 in reports).
+    vals = [float(round(v)) if integer else float(f"{v:.12g}") for v in vals]
+    return _numbers(field, vals, integer)
 
 
 def _fix_base(cfg: RunConfig, sv: dict, hv: dict, n_fixed: float | None = None) -> RunConfig:
@@ -488,6 +488,11 @@ def _design_dict(cfg: RunConfig) -> dict:
 def _print_result(args, pb: Problem, kind: str, cfg, report, objective: float, extra: dict, lines: list[str]) -> None:
     from codesign.cli import format_report, report_to_dict
 
+    if getattr(args, "distributed", False):
+        import jax
+
+        if jax.process_index() != 0:  # every process holds the same result; one prints it
+            return
     rep = report_to_dict(report, cfg) if report is not None else None
     if args.json:
         out = {
@@ -516,6 +521,16 @@ def _print_result(args, pb: Problem, kind: str, cfg, report, objective: float, e
     print("\n".join(lines))
 
 
+def _show_progress(args) -> bool:
+    if args.no_progress or args.json:
+        return False
+    if getattr(args, "distributed", False):
+        import jax
+
+        return jax.process_index() == 0
+    return True
+
+
 def _setup_jax(args) -> None:
     if getattr(args, "distributed", False):
         from codesign.optimize import initialize_distributed
@@ -535,7 +550,7 @@ def _cmd_optimize(args) -> int:
         starts=args.starts if args.starts is not None else Settings.starts,
     )
     t0 = time.perf_counter()
-    res = optimize(pb, settings, seed=args.seed, progress=not args.no_progress and not args.json, distributed=args.distributed)
+    res = optimize(pb, settings, seed=args.seed, progress=_show_progress(args), distributed=args.distributed)
     wall = time.perf_counter() - t0
     extra = {
         "relaxed_objective": res.relaxed_objective,
@@ -569,7 +584,7 @@ def _cmd_sweep(args) -> int:
 
     pb = load_problem(args.problem)
     t0 = time.perf_counter()
-    res = distributed_sweep(pb, top_k=args.top_k, progress=not args.no_progress and not args.json, distributed=args.distributed)
+    res = distributed_sweep(pb, top_k=args.top_k, progress=_show_progress(args), distributed=args.distributed)
     wall = time.perf_counter() - t0
     if len(res.best_values):
         cfg = res.config(0, pb.cfg)

@@ -94,6 +94,9 @@ class Space:
     free_interleave: bool = False
     free_recompute: bool = True
     free_zero: bool = True
+    unit: tuple[str, ...] = ()
+    """Fixed degrees (among tp, pp, cp, ep, interleave) equal to 1: the model gets a literal
+    1, so XLA folds the dimensions away (a structural fact, not a float value)."""
 
     @property
     def softmax_names(self) -> tuple[str, ...]:
@@ -127,7 +130,10 @@ class Box:
     power_max_kw: jnp.ndarray
 
 
-def space_of(problem: Problem) -> Space:
+def space_of(problem: Problem, fold_units: bool = True) -> Space:
+    """The free variables of ``problem``.  ``fold_units=False`` keeps fixed unit degrees as
+    data (one compiled program for every fixed strategy, as the optimizer's bandwidth polish
+    needs)."""
     sv = problem.strategy_values
     if problem.objective not in RELAX_OBJECTIVES:
         raise ValueError(f"objective {problem.objective!r} cannot be relaxed in log space")
@@ -141,6 +147,7 @@ def space_of(problem: Problem) -> Space:
         free_interleave=len(sv["interleave"]) > 1,
         free_recompute=len(sv["recompute"]) > 1,
         free_zero=len(sv["zero"]) > 1,
+        unit=tuple(k for k in ("tp", "pp", "cp", "ep", "interleave") if tuple(sv[k]) == (1.0,)) if fold_units else (),
     )
 
 
@@ -218,7 +225,8 @@ def degrees_of(params: dict, space: Space, box: Box, base: dict) -> dict:
     tier's bandwidth (``bw``, GB/s, not log)."""
     st, sy = base["strategy"], base["system"]
     log2_n = _in_box(params["n"], box.log2_n) if space.free_n else jnp.log2(sy.num_accelerators)
-    out = {d: jnp.log2(getattr(st, d)) for d in ("tp", "pp", "cp") if d not in space.free_degrees}
+    zero = jnp.zeros_like(log2_n)
+    out = {d: zero if d in space.unit else jnp.log2(getattr(st, d)) for d in ("tp", "pp", "cp") if d not in space.free_degrees}
     rest = log2_n - sum(out.values(), jnp.zeros_like(log2_n))
     if space.free_degrees:
         w = jax.nn.softmax(params["deg"])
@@ -229,8 +237,8 @@ def degrees_of(params: dict, space: Space, box: Box, base: dict) -> dict:
     out["n"] = log2_n
     out["rest"] = rest
     out["mb"] = _in_box(params["mb"], box.log2_mb) if space.free_microbatch else jnp.log2(st.microbatch)
-    out["ep"] = _in_box(params["ep"], box.log2_ep) if space.free_ep else jnp.log2(st.ep)
-    out["v"] = _in_box(params["v"], box.log2_v) if space.free_interleave else jnp.log2(st.interleave)
+    out["ep"] = _in_box(params["ep"], box.log2_ep) if space.free_ep else zero if "ep" in space.unit else jnp.log2(st.ep)
+    out["v"] = _in_box(params["v"], box.log2_v) if space.free_interleave else zero if "interleave" in space.unit else jnp.log2(st.interleave)
     bw = [t.bandwidth_gbps for t in sy.tiers]
     if space.free_tiers:
         free_bw = 2.0 ** _in_box(params["bw"], box.log2_bw[jnp.asarray(space.free_tiers)])
@@ -245,13 +253,16 @@ def to_specs(params: dict, space: Space, box: Box, base: dict) -> dict:
     z = degrees_of(params, space, box, base)
     sy, st = base["system"], base["strategy"]
     dtype = jnp.result_type(float)
-    kw = {d: 2.0 ** z[d] for d in ("tp", "pp", "dp", "cp")}
+    kw = {d: 1.0 if d in space.unit else 2.0 ** z[d] for d in ("tp", "pp", "dp", "cp")}
     if space.free_microbatch:
         kw["microbatch"] = 2.0 ** z["mb"]
     if space.free_ep:
         kw["ep"] = 2.0 ** z["ep"]
     if space.free_interleave:
         kw["interleave"] = 2.0 ** z["v"]
+    for k in ("ep", "interleave"):
+        if k in space.unit:
+            kw[k] = 1.0
     if space.free_recompute:
         kw["recompute"] = _masked_softmax(params["recompute"], box.recompute_mask).astype(dtype)
     if space.free_zero:

@@ -10,13 +10,22 @@ import numpy as np
 import pytest
 
 import codesign as cd
-from codesign.optimize import OptimizeResult, Settings, neighbourhood_axes, optimize
+from codesign.optimize import (
+    Discretizer,
+    ExactEvaluator,
+    OptimizeResult,
+    Settings,
+    distributed_sweep,
+    optimize,
+    random_search,
+    valid_points,
+)
 from codesign.problem import load_problem
 from codesign.specs import check_all
 from codesign.sweep import sweep
 
 PROBLEM = Path(__file__).resolve().parent.parent / "experiments" / "problems" / "llama3-8b-64xh100-step.toml"
-SETTINGS = Settings(steps=200, starts=6)
+SETTINGS = Settings(steps=200, starts=12)
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +36,11 @@ def problem():
 @pytest.fixture(scope="module")
 def result(problem) -> OptimizeResult:
     return optimize(problem, SETTINGS, seed=0)
+
+
+@pytest.fixture(scope="module")
+def exhaustive(problem):
+    return _exhaustive(problem)
 
 
 def _exhaustive(pb):
@@ -56,19 +70,25 @@ def _assert_valid_feasible(pb, res: OptimizeResult):
     assert float(r.step_time_s) == pytest.approx(res.exact_objective, rel=1e-12)
 
 
-def test_reaches_exhaustive_optimum(problem, result):
+def test_reaches_exhaustive_optimum(problem, result, exhaustive):
     assert problem.grid_size() == 4 * 6 * 4 * 3 * 4
-    ex = _exhaustive(problem)
-    assert ex.num_feasible > 0
-    assert result.exact_objective == pytest.approx(float(ex.best_values[0]), rel=1e-9)
-    assert result.num_exact_evals < problem.grid_size()
-    assert math.isfinite(result.relaxed_objective) and abs(result.gap) < 0.1
+    assert exhaustive.num_feasible > 0
+    assert result.exact_objective == pytest.approx(float(exhaustive.best_values[0]), rel=1e-9)
+    assert result.num_exact_evals < exhaustive.num_valid / 2
+    assert math.isfinite(result.relaxed_objective) and abs(result.gap) < 0.15
+    # The histories describe every start and step; the exact trace only improves.
+    assert result.history.shape == result.objective_history.shape == (SETTINGS.starts, SETTINGS.steps)
+    trace = [v for _, v in result.exact_trace]
+    assert all(b <= a for a, b in zip(trace, trace[1:], strict=False)) and trace[-1] == result.exact_objective
+    # Every start had one (recompute, zero) combination, and all 12 were covered.
+    assert len(set(result.start_combos)) == 12
 
 
 def test_same_seed_same_result(problem, result):
     again = optimize(problem, SETTINGS, seed=0)
     np.testing.assert_array_equal(again.history, result.history)
     assert again.point == result.point and again.exact_objective == result.exact_objective
+    assert again.num_exact_evals == result.num_exact_evals
     other = optimize(problem, SETTINGS, seed=1)
     assert not np.array_equal(other.history, result.history)
 
@@ -84,13 +104,39 @@ def test_discretization_valid_and_feasible(problem, result):
     assert float(res.report.memory_gb["total"]) <= 40.0
     ex = _exhaustive(pb40)
     assert res.exact_objective >= float(ex.best_values[0]) * (1 - 1e-12)
+    assert res.exact_objective <= float(ex.best_values[0]) * 1.01
 
 
-def test_neighbourhood_is_power_of_two_ring(problem):
-    z = {"tp": 1.58, "pp": 0.0, "cp": 0.0, "mb": 2.0}  # tp ~ 3, pp = 1, mb = 4
-    axes = neighbourhood_axes(problem, [z], radius=1)
-    assert axes["strategy.tp"] == [1.0, 2.0, 4.0, 8.0]
-    assert axes["strategy.pp"] == [1.0, 2.0]
-    assert axes["strategy.microbatch"] == [2.0, 4.0, 8.0]
-    assert axes["strategy.cp"] == [1.0]
-    assert axes["strategy.recompute"] == list(problem.strategy_values["recompute"])
+def test_layouts_are_the_valid_points(problem, exhaustive):
+    ev = ExactEvaluator(problem)
+    disc = Discretizer(problem, ev)
+    # Validity does not depend on recompute or ZeRO: valid layouts x 12 = the sweep's count.
+    assert len(disc.layouts) * 12 == exhaustive.num_valid
+    assert ev.is_valid(np.stack([disc.compose(i, (0, 0), ()) for i in range(len(disc.layouts))])).all()
+    # Rounding a relaxed point near tp=3, pp=1, mb=4 gives the nearest valid layouts first.
+    z = {"tp": np.log2(3.0), "pp": 0.0, "cp": 0.0, "mb": 2.0, "bw": np.array([450.0, 50.0])}
+    cands = disc.round(z, [(0, 0)], k=2, k_all=0)
+    pts = [ev.point(c) for c in cands]
+    assert {p["strategy.tp"] for p in pts} == {2.0, 4.0}
+    assert all(p["strategy.pp"] == 1.0 and p["strategy.microbatch"] == 4.0 for p in pts)
+    # Neighbours stay on the grid and differ from the point.
+    p0 = cands[0]
+    nb = disc.neighbours(p0, 8)
+    assert nb and p0 not in nb and all(0 <= i < n for q in nb for i, n in zip(q, ev.shape, strict=True))
+
+
+def test_random_search_samples_valid_points(problem, exhaustive):
+    ev = ExactEvaluator(problem)
+    vp = valid_points(problem, ev)
+    assert len(vp) == exhaustive.num_valid
+    best, point = random_search(problem, 50, seed=3, ev=ev, valid=vp)
+    assert best >= float(exhaustive.best_values[0])
+    assert random_search(problem, 50, seed=3, ev=ev, valid=vp)[0] == best
+    # With every valid point in the budget, random search is the exhaustive search.
+    assert random_search(problem, len(vp), seed=0, ev=ev, valid=vp)[0] == pytest.approx(float(exhaustive.best_values[0]), rel=1e-12)
+
+
+def test_distributed_sweep_single_process_is_the_sweep(problem, exhaustive):
+    res = distributed_sweep(problem, top_k=1, progress=False, distributed=True)
+    assert res.num_points == exhaustive.num_points and res.num_valid == exhaustive.num_valid
+    assert float(res.best_values[0]) == float(exhaustive.best_values[0])

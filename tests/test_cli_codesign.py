@@ -1,0 +1,87 @@
+"""``codesign optimize`` and ``codesign sweep``: output, JSON, compilation cache, --distributed.
+
+The commands run in subprocesses (the CLI sets x64 and the compilation cache globally), all
+sharing one temporary cache directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codesign.cli import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBLEM = ROOT / "experiments" / "problems" / "llama3-8b-64xh100-step.toml"
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("jax-cache")
+
+
+def _run(args, cache_dir, **env):
+    e = {**os.environ, "CODESIGN_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(ROOT), **env}
+    e.pop("XLA_FLAGS", None)
+    p = subprocess.run([sys.executable, "-m", "codesign.cli", *args], capture_output=True, text=True, env=e, cwd=ROOT, timeout=300)
+    return p
+
+
+def _json(stdout: str) -> dict:
+    return json.loads(stdout[stdout.index("{") :])
+
+
+def test_parser_knows_the_commands():
+    p = build_parser()
+    a = p.parse_args(["optimize", "x.toml", "--json", "--seed", "3", "--starts", "12", "--steps", "50", "--distributed"])
+    assert (a.seed, a.starts, a.steps, a.json, a.distributed) == (3, 12, 50, True, True)
+    a = p.parse_args(["sweep", "x.toml", "--top-k", "2", "--no-progress", "--no-compile-cache"])
+    assert (a.top_k, a.no_progress, a.no_compile_cache, a.distributed) == (2, True, True, False)
+
+
+def test_sweep_then_optimize_agree(cache_dir):
+    sw = _run(["sweep", str(PROBLEM), "--json"], cache_dir)
+    assert sw.returncode == 0, sw.stderr
+    s = _json(sw.stdout)
+    assert s["num_exact_evals"] == s["grid_size"] == 1152 and s["num_feasible"] > 0
+    assert s["design"]["strategy"]["tp"] * s["design"]["strategy"]["pp"] * s["design"]["strategy"]["dp"] == 64
+    assert s["report"]["fits"] and s["objective_value"] == pytest.approx(s["report"]["step_time_s"])
+
+    op = _run(["optimize", str(PROBLEM), "--starts", "12", "--steps", "100"], cache_dir)
+    assert op.returncode == 0, op.stderr
+    out = op.stdout
+    for text in ("system", "strategy", "step time", "objective", "relaxed objective", "exact evaluations", "wall time"):
+        assert text in out
+    assert "relaxed search" in op.stderr  # the tqdm progress bar
+    # The compiled programs went to the on-disk cache.
+    assert any(cache_dir.iterdir())
+
+    oj = _run(["optimize", str(PROBLEM), "--starts", "12", "--steps", "100", "--json"], cache_dir)
+    o = _json(oj.stdout)
+    assert o["objective_value"] == pytest.approx(s["objective_value"], rel=1e-12)
+    assert 0 < o["num_exact_evals"] < o["grid_size"] and o["relaxed_objective"] > 0
+    assert o["wall_s"] > 0 and o["design"]["num_accelerators"] == 64
+
+
+def test_distributed_single_process(cache_dir):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {"CODESIGN_COORDINATOR": f"127.0.0.1:{port}", "CODESIGN_NUM_PROCESSES": "1", "CODESIGN_PROCESS_ID": "0"}
+    p = _run(["sweep", str(PROBLEM), "--json", "--distributed"], cache_dir, **env)
+    assert p.returncode == 0, p.stderr
+    d = _json(p.stdout)
+    assert d["num_exact_evals"] == 1152 and d["objective_value"] > 0
+
+
+def test_bad_problem_exits_2(tmp_path, cache_dir):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[model]\npreset = "llama3-8b"\n[training]\nglobal_batch = 8\n[system]\naccelerator = "h100-sxm5-80gb"\nnum_accelerators = 8\n[search]\nmode = "hardware"\n')
+    p = _run(["optimize", str(bad)], cache_dir)
+    assert p.returncode == 2 and "search.mode" in p.stderr and "Traceback" not in p.stderr
