@@ -15,6 +15,7 @@ $(BIN)/.installed: pyproject.toml
 
 demo: $(BIN)/.installed
 	$(BIN)/codesign evaluate experiments/configs/gpt3-175b-a100.toml
+	$(BIN)/codesign optimize experiments/problems/gpt3-175b-a100-codesign-cost.toml
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q -n 2 tests || test $$? -eq 5

@@ -339,7 +339,7 @@ def _compiled_exact():
 class ExactEvaluator:
     """Exact objective of grid points given as index tuples over ``problem.exhaustive_axes()``.
 
-    Points are evaluated in padded batches (bucketed sizes: no recompilation per problem or
+    Points are evaluated in padded chunks of one size (no recompilation per problem or
     batch) by the exact model with the sweep's validity and feasibility rules; results are
     memoized.  ``num_evals`` counts the distinct *valid* points evaluated.
     """
@@ -397,15 +397,20 @@ class ExactEvaluator:
             self.num_evals += int(np.sum(valid))
         return np.asarray([self.memo[p] for p in points])
 
+    CHUNK = 512
+    """Points per call of the compiled evaluator (one shape: one compilation per structure)."""
+
     def _run(self, idx: np.ndarray):
         n = idx.shape[0]
-        bucket = 256
-        while bucket < n:
-            bucket *= 2
-        pad = np.concatenate([idx, np.repeat(idx[:1], bucket - n, axis=0)]) if bucket > n else idx
-        cols = {p: jnp.asarray(v) for p, v in self.columns(pad).items()}
-        out = jax.device_get(_compiled_exact()(self.base, cols, self.bounds, self.obj_index))
-        return tuple(np.asarray(x)[:n] for x in out)
+        m = -(-n // self.CHUNK) * self.CHUNK
+        pad = np.concatenate([idx, np.repeat(idx[:1], m - n, axis=0)]) if m > n else idx
+        fn = _compiled_exact()
+        outs = []
+        for i in range(0, m, self.CHUNK):
+            cols = {p: jnp.asarray(v) for p, v in self.columns(pad[i : i + self.CHUNK]).items()}
+            outs.append(fn(self.base, cols, self.bounds, self.obj_index))
+        outs = jax.device_get(outs)
+        return tuple(np.concatenate([np.asarray(o[k]) for o in outs])[:n] for k in range(3))
 
     def keys(self, points) -> list[tuple]:
         """Sort keys: feasible points by objective first, then infeasible ones by how far
@@ -828,9 +833,17 @@ def valid_points(problem: Problem, ev: ExactEvaluator | None = None) -> np.ndarr
     return grid[ok]
 
 
-def random_search(problem: Problem, budget: int, seed: int = 0, ev: ExactEvaluator | None = None, valid: np.ndarray | None = None) -> tuple[float, dict]:
+def random_search(
+    problem: Problem,
+    budget: int,
+    seed: int = 0,
+    ev: ExactEvaluator | None = None,
+    valid: np.ndarray | None = None,
+    trace: bool = False,
+):
     """Best exact objective among ``budget`` points drawn uniformly without replacement from
-    the grid's valid points (seeded).  Returns ``(value, point)``."""
+    the grid's valid points (seeded).  Returns ``(value, point)``, and with ``trace`` also the
+    best-so-far objective after each draw."""
     ev = ev or ExactEvaluator(problem)
     valid = valid_points(problem, ev) if valid is None else valid
     sub = [a for a, p in enumerate(ev.paths) if not p.startswith("system.tiers[")]
@@ -847,9 +860,11 @@ def random_search(problem: Problem, budget: int, seed: int = 0, ev: ExactEvaluat
         pts[:, bw] = np.stack(np.unravel_index(flat % n_bw, [ev.shape[a] for a in bw]), axis=1)
     fresh = ExactEvaluator.__new__(ExactEvaluator)
     fresh.__dict__.update(ev.__dict__)
-    fresh.memo, fresh.valid, fresh.num_evals = {}, {}, 0
+    fresh.memo, fresh.valid, fresh.excess, fresh.num_evals = {}, {}, {}, 0
     vals = fresh([tuple(p) for p in pts])
     j = int(np.argmin(vals))
+    if trace:
+        return float(vals[j]), fresh.point(tuple(pts[j])), np.minimum.accumulate(vals)
     return float(vals[j]), fresh.point(tuple(pts[j]))
 
 
