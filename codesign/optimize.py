@@ -743,8 +743,12 @@ def optimize(
         if v_ < val:
             pt, val = p_, v_
     # Bandwidth polish of the local optima (best first, distinct layouts), then search again.
+    # When the bandwidths are all that is free, the relaxed search above was that polish.
+    sp = rs["space"]
+    only_bw = not (sp.free_degrees or sp.free_n or sp.free_microbatch or sp.free_ep or sp.free_interleave
+                   or sp.free_recompute or sp.free_zero)
     done = set()
-    for v_, p_ in sorted(ends, key=lambda e: e[0]):
+    for v_, p_ in ([] if only_bw else sorted(ends, key=lambda e: e[0])):
         if not math.isfinite(v_) or disc.layout_of(p_) in done or len(done) >= 2:
             continue
         done.add(disc.layout_of(p_))

@@ -48,7 +48,7 @@ optimizer (:mod:`codesign.optimize`) works on the continuous box around it.
 
 Command line (registered into ``codesign`` by :func:`register_cli`)::
 
-    codesign optimize PROBLEM.toml [--json] [--seed 0] [--starts 16] [--steps 300]
+    codesign optimize PROBLEM.toml [--json] [--seed 0] [--starts 24] [--steps 300]
     codesign sweep PROBLEM.toml [--json] [--top-k 5]
 
 Both print the chosen system and strategy, the exact report, the objective (and, for
@@ -633,8 +633,8 @@ def register_cli(subparsers) -> None:
     o = subparsers.add_parser("optimize", help="co-design by gradient descent + exact discretization")
     _common_args(o)
     o.add_argument("--seed", type=int, default=0, help="PRNG seed of the multi-start (default 0)")
-    o.add_argument("--starts", type=int, default=None, help="random starts (default from Settings)")
-    o.add_argument("--steps", type=int, default=None, help="optimizer steps per start (default from Settings)")
+    o.add_argument("--starts", type=int, default=None, help="random starts (default 24; 12 or more gives every recompute x ZeRO combination a start)")
+    o.add_argument("--steps", type=int, default=None, help="Adam steps per start (default 300)")
     o.set_defaults(func=_cmd_optimize)
     s = subparsers.add_parser("sweep", help="exhaustive exact sweep of the problem's grid (the ground truth)")
     _common_args(s)

@@ -44,7 +44,14 @@ import numpy as np
 
 import codesign
 from codesign.cli import format_report, report_to_dict
-from codesign.optimize import ExactEvaluator, Settings, distributed_sweep, optimize, random_search, valid_points
+from codesign.optimize import (
+    ExactEvaluator,
+    Settings,
+    distributed_sweep,
+    optimize,
+    random_search,
+    valid_points,
+)
 from codesign.problem import load_problem
 
 jax.config.update("jax_enable_x64", True)
