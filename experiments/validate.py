@@ -195,18 +195,9 @@ def _korthikanti(results: list[dict]) -> tuple[list[dict], dict]:
     return ks, stats
 
 
-SHARE_KEYS = (
-    "forward",
-    "backward",
-    "recompute",
-    "tp_comm",
-    "cp_comm",
-    "ep_comm",
-    "pp_bubble",
-    "pp_p2p",
-    "dp_comm",
-    "optimizer",
-)
+from codesign.step import BREAKDOWN_KEYS  # noqa: E402
+
+SHARE_KEYS = tuple(k for k in BREAKDOWN_KEYS if k != "overhead")
 
 
 def _share_rows(summary: dict) -> list[list[str]]:
