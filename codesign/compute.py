@@ -65,7 +65,9 @@ def layer_times(
 
     Returns ``gemm``, ``attention``, ``elementwise`` (forward, one layer), ``score_elementwise``
     (the part of ``elementwise`` spent on unfused ``s x s`` softmax and dropout tensors, which
-    selective recomputation re-runs) and ``logits`` (forward, output layer, once per model).
+    selective recomputation re-runs), ``logits`` (forward GEMM of the output layer, once per
+    model) and ``logits_elementwise`` (forward softmax cross-entropy over the logits: 16-bit
+    GEMM output plus its fp32 copy, ``6 tokens V / t`` bytes times ``elementwise_traffic``).
     ``act_bytes_layer`` is the per-layer activation footprint without recomputation and
     ``score_bytes_layer`` its ``s x s`` part (from :mod:`codesign.memory`).
     """
@@ -105,10 +107,15 @@ def layer_times(
     elementwise = eff.elementwise_traffic * act_bytes_layer / hbm + moe_permute
     score_elementwise = eff.elementwise_traffic * score_bytes_layer / hbm
     logits = g(tokens, m.vocab / st.tp, h)
+    # Output layer's softmax cross-entropy: memory bound over the tokens x V/tp logits, the
+    # 16-bit GEMM output and its fp32 copy (Megatron's vocab-parallel cross entropy upcasts;
+    # Korthikanti et al. 2022 Sec. 4.3 store 4 s b V / t bytes for it).
+    logits_elementwise = eff.elementwise_traffic * (2.0 + 4.0) * tokens * m.vocab / st.tp / hbm
     return {
         "gemm": gemm,
         "attention": attention,
         "elementwise": elementwise,
         "score_elementwise": score_elementwise,
         "logits": logits,
+        "logits_elementwise": logits_elementwise,
     }

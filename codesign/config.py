@@ -49,6 +49,7 @@ __all__ = [
     "model_preset",
     "accelerator_preset",
     "tier_preset",
+    "STACKS",
 ]
 
 _META_KEYS = {"name", "source", "note", "notes", "kind"}
@@ -276,6 +277,9 @@ def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
     strategy = _parse_strategy(_section(doc, "strategy"))
     eff_sec = _section(doc, "efficiency", required=False)
     eff_name = eff_sec.pop("preset", None)
+    stack = eff_sec.pop("stack", None)
+    if stack is not None and stack not in STACKS:
+        raise SpecError("efficiency.stack", stack, f"one of {', '.join(STACKS)}")
     # Without an explicit preset, the calibrated table named like the accelerator preset
     # (hardware/efficiency.toml) is the default; keys of [efficiency] still override it, and
     # preset = "uncalibrated" selects the codesign.Efficiency() class defaults.
@@ -283,6 +287,7 @@ def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
     default_eff = eff_name is None and accel_name in catalog()["efficiency"]
     base_name = accel_name if default_eff else eff_name
     eff_base = _preset("efficiency", base_name, "efficiency.preset") if base_name is not None else {}
+    eff_base, stack = _apply_stack(eff_base, stack)
     system = _apply_calibrated(eff_base, eff_sec, training, strategy, system, sys_names)
     eff_base.update(eff_sec)
     skip = {k for k in eff_base if k.startswith("calibrated_") or k in _EFFICIENCY_PROVENANCE_KEYS}
@@ -292,11 +297,47 @@ def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
         check_strategy(strategy, model, training, system)
     sys_names = {k: v for k, v in sys_names.items() if not k.startswith("_")}
     eff_label = eff_name or (f"{accel_name} (calibrated default)" if default_eff else "default")
-    names = {"model": model_name, **sys_names, "efficiency": eff_label}
+    if stack is not None:
+        eff_label = f"{eff_label}, stack {stack}"
+    names = {"model": model_name, **sys_names, "efficiency": eff_label, "stack": stack}
     return RunConfig(model, training, system, strategy, efficiency, names)
 
 
-_EFFICIENCY_PROVENANCE_KEYS = ("rows", "split", "date", "tiers", "inherits")
+STACKS = {
+    "megatron": "Megatron-LM (NVIDIA, 2021-22: SC21 and Korthikanti et al. runs)",
+    "nemo": "NeMo / Megatron-Core with Transformer Engine (NVIDIA DGX Cloud recipes, 2024-25)",
+    "composer": "MosaicML Composer / llm-foundry with PyTorch FSDP (2023)",
+}
+"""Software stacks with their own calibrated efficiencies (``[efficiency] stack = ...``).
+
+Achieved GEMM, attention and memory-bound efficiency depend on the training software (kernels,
+fusion, framework overheads) as much as on the accelerator: on the same H100s the 2023
+Composer/FSDP runs reach ~0.40-0.46 MFU where the 2024-25 NeMo recipes reach ~0.50-0.60.  An
+efficiency preset may carry ``[<preset>.stacks.<stack>]`` tables whose keys override the
+preset's for that stack, and ``default_stack`` names the stack its top-level values are."""
+
+
+def _apply_stack(eff_base: dict, stack: str | None) -> tuple[dict, str | None]:
+    """The preset with the chosen stack's overrides applied, and the stack in effect.
+
+    Without ``stack`` the preset's ``default_stack`` (if any) is reported and nothing changes;
+    a stack the preset has no table for keeps the top-level values (the preset's
+    ``calibrated_stack_fallback`` says which stack those are).
+    """
+    eff_base = dict(eff_base)
+    tables = eff_base.pop("stacks", None) or {}
+    default = eff_base.get("default_stack")
+    if stack is None:
+        return eff_base, default
+    if not isinstance(tables, dict):
+        raise SpecError("efficiency.stacks", tables, "a table of stack tables")
+    over = tables.get(stack)
+    if over:
+        eff_base.update({k: v for k, v in over.items() if k not in ("name", "note", "source")})
+    return eff_base, stack
+
+
+_EFFICIENCY_PROVENANCE_KEYS = ("rows", "split", "date", "tiers", "inherits", "default_stack")
 """Keys of an efficiency preset that are provenance, not :class:`Efficiency` fields (besides
 ``name``/``source``/``note``/``notes`` and any key starting with ``calibrated_``)."""
 

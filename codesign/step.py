@@ -10,7 +10,9 @@ stage: tensor-, context- and expert-parallel communication sits inside each micr
 so is also stretched by the bubble.  Per layer and micro-batch, tensor parallelism
 all-reduces the ``b s h`` activations twice forward and twice backward (reduce-scatter +
 all-gather pairs of the same volume with sequence parallelism; Shoeybi et al. 2019,
-Korthikanti et al. 2022 Sec. 4.2.2), plus twice in a full recomputation; context
+Korthikanti et al. 2022 Sec. 4.2.2), plus twice in a full recomputation, plus (with sequence
+parallelism) two backward all-gathers of the stored input shards, overlapped with the
+input-gradient GEMMs up to ``tp_overlap_eff``; context
 parallelism all-gathers K and V forward and all-gathers K, V and reduce-scatters their
 gradients backward, hidden behind attention up to ``cp_overlap_eff`` (ring attention,
 Liu et al. 2023); each MoE layer all-to-alls its tokens' ``top_k`` slots to the experts
@@ -158,8 +160,11 @@ def evaluate_unchecked(
     lt = compute.layer_times(m, st, sy, eff, precision, act["none"], sm, act["none"] - act["selective"])
     lps = m.layers / st.pp
     layer_fwd = lt["gemm"] + lt["attention"] + lt["elementwise"]
-    t_fwd = lps * layer_fwd + lt["logits"]
-    t_bwd = eff.backward_factor * (lps * (lt["gemm"] + lt["attention"]) + lt["logits"]) + 2.0 * lps * lt["elementwise"]
+    t_fwd = lps * layer_fwd + lt["logits"] + lt["logits_elementwise"]
+    t_bwd = (
+        eff.backward_factor * (lps * (lt["gemm"] + lt["attention"]) + lt["logits"])
+        + 2.0 * (lps * lt["elementwise"] + lt["logits_elementwise"])
+    )
     # Selective recomputation re-runs the attention core (QK^T, softmax, dropout, AV).
     t_rec = lps * (r[1] * (lt["attention"] + lt["score_elementwise"]) + r[2] * layer_fwd)
 
@@ -169,6 +174,13 @@ def evaluate_unchecked(
     passes = 4.0 + 2.0 * r[2]  # TP/EP collectives: 2 forward, 2 backward, 2 more to recompute
     tp_ar = coll.all_reduce_time(2.0 * tokens * h, groups["tp"], sy, sm)
     t_tp = lps * passes * tp_ar * (1.0 - st.overlap_tp * eff.tp_overlap_eff)
+    # With sequence parallelism only the s/t shard of each GEMM input is stored, so the
+    # backward pass all-gathers it again for the weight gradients (twice per layer: QKV and
+    # MLP inputs), asynchronously behind the input-gradient GEMM (Megatron-LM's
+    # LinearWithGradAccumulationAndAsyncCommunication; Korthikanti et al. 2022 Sec. 4.2.2):
+    # exposed (1 - tp_overlap_eff) of it.
+    tp_ag = coll.all_gather_time(2.0 * tokens * h, groups["tp"], sy, sm)
+    t_tp = t_tp + lps * st.sequence_parallel * 2.0 * tp_ag * (1.0 - eff.tp_overlap_eff)
 
     _, kv = workload.attention_dims(m)
     kv_bytes = 2.0 * 2.0 * st.microbatch * m.seq_len * kv / st.tp

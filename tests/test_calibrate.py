@@ -233,3 +233,56 @@ def test_every_accelerator_has_a_preset_with_provenance():
         cfg = cd.load_run_dict(_doc(accel=acc)) if acc.startswith(("a100", "h100")) else None
         if cfg is not None:
             assert cfg.names["efficiency"].startswith(acc)
+
+
+# --------------------------------------------------------------------------------------
+# Software stacks and the presets' fidelity to the fit
+# --------------------------------------------------------------------------------------
+
+
+def test_stack_selects_the_stack_table_and_bad_stack_is_rejected():
+    table = cd.config.catalog()["efficiency"]["h100-sxm5-80gb"]
+    default = table["default_stack"]
+    assert default in cd.config.STACKS
+    cfg = cd.load_run_dict(_doc())
+    assert cfg.names["stack"] == default
+    assert cfg.efficiency.gemm_max == table["gemm_max"]
+    others = [s for s in table["stacks"] if table["stacks"][s].get("gemm_max") is not None]
+    assert others, "the H100 preset has another stack with its own gemm_max"
+    for st in others:
+        c = cd.load_run_dict(_doc(efficiency={"stack": st}))
+        assert c.names["stack"] == st
+        assert c.efficiency.gemm_max == table["stacks"][st]["gemm_max"]
+        assert c.efficiency.gemm_max != cfg.efficiency.gemm_max
+    # An explicit key still wins over the stack's value.
+    c = cd.load_run_dict(_doc(efficiency={"stack": others[0], "gemm_max": 0.5}))
+    assert c.efficiency.gemm_max == 0.5
+    with pytest.raises(cd.SpecError, match="efficiency.stack"):
+        cd.load_run_dict(_doc(efficiency={"stack": "tensorflow"}))
+
+
+def test_presets_reproduce_the_all_rows_calibration():
+    """Evaluating measured rows with the written presets (accelerator default + the row's
+    stack) gives the predictions of the all-rows fit recorded in validation.json: no fitted
+    parameter is left out of hardware/efficiency.toml (values are rounded to 4 digits)."""
+    import json
+
+    from codesign import validation as v
+
+    res = json.loads((v.RESULTS_DIR / "validation.json").read_text())
+    final = next(s for s in res["splits"] if s["kind"] == "all")
+    after = dict(zip([p["id"] for p in res["points"]], final["after_s"], strict=True))
+    rows = {r["id"]: r for r in v.load_rows()}
+    picked = {}
+    for p in res["points"]:  # a few rows of every source and precision
+        key = (p["source"], p["precision"], p["generation"])
+        if p["excluded"] is None and len(picked.setdefault(key, [])) < 2:
+            picked[key].append(p["id"])
+    ids = [i for v_ in picked.values() for i in v_]
+    assert len(ids) >= 10
+    for rid in ids:
+        doc, _ = v.row_to_doc(rows[rid])
+        doc["efficiency"] = {"stack": doc["efficiency"]["stack"]}  # presets, the row's stack
+        cfg = cd.load_run_dict(doc)
+        t = float(cd.evaluate(*cfg.specs()).step_time_s)
+        assert math.isclose(t, after[rid], rel_tol=5e-3), (rid, t, after[rid])

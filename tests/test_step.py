@@ -409,8 +409,12 @@ def test_example_time_terms_by_hand():
     attention = 4 * tokens * s * h / tp / (peak * eff.attention_eff)
     elementwise = eff.elementwise_traffic * (34 * s * h / tp) / hbm  # Korthikanti: SP, flash
     logits = g(tokens, V / tp, h)
-    t_fwd = lps * (gemm + attention + elementwise) + logits
+    # Softmax cross-entropy over the tokens x V/t logits: bf16 output + fp32 copy, memory bound.
+    ce = eff.elementwise_traffic * 6 * tokens * V / tp / hbm
+    t_fwd = lps * (gemm + attention + elementwise) + logits + ce
     assert math.isclose(b["forward"], n_mb * t_fwd, rel_tol=1e-12)
+    # Backward: backward_factor (2) x GEMMs and attention, 2 x the element-wise traffic.
+    assert eff.backward_factor == 2.0
     assert math.isclose(b["backward"], 2 * n_mb * t_fwd, rel_tol=1e-12)
     assert math.isclose(b["recompute"], n_mb * lps * attention, rel_tol=1e-12)
 
@@ -418,7 +422,10 @@ def test_example_time_terms_by_hand():
     # per layer, ring of 8 on NVLink 3.
     S = 2 * tokens * h
     ar = 2 * (7 * a0 + 7 / 8 * S / b0)
-    t_tp = lps * 4 * ar
+    # With SP the backward all-gathers the stored input shards again (QKV and MLP inputs),
+    # hidden behind the input-gradient GEMMs up to tp_overlap_eff.
+    ag = 7 * a0 + 7 / 8 * S / b0
+    t_tp = lps * 4 * ar + lps * 2 * ag * (1 - eff.tp_overlap_eff)
     assert math.isclose(b["tp_comm"], n_mb * t_tp, rel_tol=1e-12)
     for k in ("cp_comm", "ep_comm"):
         assert b[k] == 0.0
