@@ -2038,7 +2038,7 @@ def preset_tables(res: dict) -> dict:
                     return vals[name][lab]
             return None
 
-        def stack_values(stack, pick=pick):
+        def stack_values(stack, pick=pick, gen=gen, spec=spec):
             out = {}
             for f in PRESET_FIELDS:
                 if f not in vals:
