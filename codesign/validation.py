@@ -1183,8 +1183,11 @@ def summary_rows(res: dict) -> list[list[str]]:
     return rows
 
 
-def _text_table(head, rows) -> str:
+def _text_table(head, rows, last_width: int | None = None) -> str:
+    """Aligned plain-text table; ``last_width`` caps the padding of the last column."""
     w = [max(len(str(c)) for c in col) for col in zip(head, *rows, strict=True)]
+    if last_width is not None:
+        w[-1] = min(w[-1], last_width)
     lines = ["  ".join(str(c).ljust(x) for c, x in zip(head, w, strict=True))]
     lines.append("  ".join("-" * x for x in w))
     lines += ["  ".join(str(c).ljust(x) for c, x in zip(r, w, strict=True)) for r in rows]

@@ -77,6 +77,7 @@ from codesign.validation import (  # noqa: E402  (the mapping lives in the libra
     MICROBATCH_RANGE,
     NEMO_RECIPES,
     Unexpressible,
+    _md_table,
     load_rows,
     measured_step_time,
     predict,
@@ -85,6 +86,7 @@ from codesign.validation import (  # noqa: E402  (the mapping lives in the libra
     source_short,
     summarize,
 )
+from codesign.validation import _text_table as text_table  # noqa: E402
 
 RESULTS_MD = HERE / "results" / "validation_first_cut.md"
 
@@ -168,19 +170,7 @@ def _sum_cells(name: str, s: dict) -> list[str]:
 
 
 def _text_table(head, rows) -> str:
-    w = [max(len(str(c)) for c in col) for col in zip(head, *rows, strict=True)]
-    w[-1] = min(w[-1], 200)
-    lines = ["  ".join(str(c).ljust(x) for c, x in zip(head, w, strict=True))]
-    lines.append("  ".join("-" * x for x in w))
-    lines += ["  ".join(str(c).ljust(x) for c, x in zip(r, w, strict=True)) for r in rows]
-    return "\n".join(lines)
-
-
-def _md_table(head, rows) -> str:
-    esc = [[str(c).replace("|", "/") for c in r] for r in rows]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in esc]
-    return "\n".join(lines)
+    return text_table(head, rows, last_width=200)
 
 
 def _korthikanti(results: list[dict]) -> tuple[list[dict], dict]:
