@@ -25,8 +25,10 @@
 3. **Exact local search.**  From the best rounded points on ``local_starts`` distinct
    layouts (and the best rounding of the best start's own layout), a best-improvement
    search on the grid: the nearest valid layouts, every other categorical combination (also
-   on the nearest few layouts), one or two grid steps of one bandwidth or one step of two,
-   and layout-bandwidth pairs are evaluated exactly in one batch; move to the best, repeat
+   on the nearest few layouts), one or two grid steps of one bandwidth (and steps of an
+   eighth and a quarter of its axis, so that a refined bandwidth grid keeps moves as large
+   as a coarse one's) or one step of two, and layout-bandwidth pairs are evaluated exactly
+   in one batch; move to the best, repeat
    until none improves.  Infeasible points rank after feasible ones by how far they exceed
    memory, budget and power, so a rounding just over the budget walks into the feasible set.
    Only valid points count as exact evaluations (``num_exact_evals``); results are memoized.
@@ -135,8 +137,10 @@ class Settings:
     """How many starts (the best of each combination first) are rounded."""
     nearest_layouts: int = 16
     """Rounding takes this many valid layouts nearest to the relaxed point (log2 distance)."""
-    local_starts: int = 3
-    """The exact local search starts from the best rounded points on this many layouts."""
+    local_starts: int = 6
+    """The exact local search starts from the best rounded points on this many layouts
+    (3 was too few on a 1e9-point grid with a fine NVLink axis: the search from the best
+    rounding stopped at 1.07x the optimum; each start costs a few hundred exact evaluations)."""
     local_layouts: int = 12
     """Layout moves of the local search: this many nearest valid layouts."""
     max_local_iters: int = 100
@@ -549,10 +553,21 @@ class Discretizer:
         all_cats = list(itertools.product(*[range(n) for n in cat_shape]))
         nbw = [self.ev.shape[a] for a in self.bw_axes]
 
+        def scaled(steps, n):
+            # Index steps plus the same moves at the scale of a coarse grid (an eighth and a
+            # quarter of the axis), so that refining a bandwidth axis does not shrink the
+            # neighbourhood in log-bandwidth (a fine grid's single steps are too small to
+            # trade bandwidth capex against a larger layout).
+            out = set(steps)
+            if steps:
+                for c in (max(1, round(n / 8)), max(1, round(n / 4))):
+                    out |= {c, -c}
+            return sorted(out)
+
         def bw_moves(steps_single, steps_pair):
             out = []
             for j in range(len(bw)):
-                for d in steps_single:
+                for d in scaled(steps_single, nbw[j]):
                     if 0 <= bw[j] + d < nbw[j]:
                         q = list(bw)
                         q[j] += d
