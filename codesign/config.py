@@ -321,8 +321,8 @@ def _apply_stack(eff_base: dict, stack: str | None) -> tuple[dict, str | None]:
     """The preset with the chosen stack's overrides applied, and the stack in effect.
 
     Without ``stack`` the preset's ``default_stack`` (if any) is reported and nothing changes;
-    a stack the preset has no table for keeps the top-level values (the preset's
-    ``calibrated_stack_fallback`` says which stack those are).
+    a stack the preset has no (or an empty) table for keeps the top-level values, i.e. those of
+    ``default_stack``.
     """
     eff_base = dict(eff_base)
     tables = eff_base.pop("stacks", None) or {}
