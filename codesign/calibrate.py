@@ -106,6 +106,7 @@ POSITIVE_PARAMS = frozenset(
         "memory_overhead_gb",
         "backward_factor",
         "moe_imbalance",
+        "recompute_factor",
     }
 )
 """Positive parameters: ``exp`` reparametrization."""

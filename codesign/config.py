@@ -304,7 +304,8 @@ def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
 
 
 STACKS = {
-    "megatron": "Megatron-LM (NVIDIA, 2021-22: SC21 and Korthikanti et al. runs)",
+    "megatron": "Megatron-LM (NVIDIA, 2022: Korthikanti et al. runs)",
+    "megatron-2021": "Megatron-LM (NVIDIA, early 2021: Narayanan et al. SC21 runs)",
     "nemo": "NeMo / Megatron-Core with Transformer Engine (NVIDIA DGX Cloud recipes, 2024-25)",
     "composer": "MosaicML Composer / llm-foundry with PyTorch FSDP (2023)",
 }

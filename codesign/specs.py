@@ -224,6 +224,11 @@ class Efficiency:
       and backward) and the busiest expert rank takes ``moe_imbalance`` (>= 1) times the
       balanced expert time (routing is never perfectly balanced; Fedus et al. 2021's
       capacity factor).
+    * A full recomputation re-runs each layer's forward pass in ``recompute_factor`` times its
+      forward time: 1 by construction (Korthikanti et al. 2022 Sec. 5 count it as one extra
+      forward), calibrated per software stack because frameworks differ in what their
+      checkpointing re-runs and how well it overlaps (PyTorch FSDP activation checkpointing
+      in MosaicML's llm-foundry measures well below one forward pass).
     """
 
     gemm_max: float = 0.80
@@ -240,6 +245,7 @@ class Efficiency:
     memory_overhead_gb: float = 2.0
     backward_factor: float = 2.0
     moe_imbalance: float = 1.0
+    recompute_factor: float = 1.0
 
 
 # --------------------------------------------------------------------------------------
@@ -455,7 +461,7 @@ def check_efficiency(eff: Efficiency) -> None:
         v = _positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
         if v > 1:
             raise SpecError(f"efficiency.{f}", getattr(eff, f), "a fraction in [0, 1]")
-    for f in ("elementwise_traffic", "optimizer_bytes_per_param", "backward_factor"):
+    for f in ("elementwise_traffic", "optimizer_bytes_per_param", "backward_factor", "recompute_factor"):
         _positive(f"efficiency.{f}", getattr(eff, f))
     if float(eff.moe_imbalance) < 1:
         raise SpecError("efficiency.moe_imbalance", eff.moe_imbalance, "a factor >= 1")

@@ -165,8 +165,9 @@ def evaluate_unchecked(
         eff.backward_factor * (lps * (lt["gemm"] + lt["attention"]) + lt["logits"])
         + 2.0 * (lps * lt["elementwise"] + lt["logits_elementwise"])
     )
-    # Selective recomputation re-runs the attention core (QK^T, softmax, dropout, AV).
-    t_rec = lps * (r[1] * (lt["attention"] + lt["score_elementwise"]) + r[2] * layer_fwd)
+    # Selective recomputation re-runs the attention core (QK^T, softmax, dropout, AV); full
+    # recomputation re-runs the layer's forward, in recompute_factor times its time.
+    t_rec = lps * (r[1] * (lt["attention"] + lt["score_elementwise"]) + r[2] * eff.recompute_factor * layer_fwd)
 
     # ---- communication inside a micro-batch ----------------------------------------------
     tokens = st.microbatch * m.seq_len / st.cp

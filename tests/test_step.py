@@ -579,3 +579,44 @@ def test_context_parallel_comm_by_hand(recompute):
     assert math.isclose(
         float(r.breakdown_s["cp_comm"]), n_mb * lps * passes * exposed, rel_tol=1e-12
     )
+
+
+@pytest.mark.parametrize("factor", [1.0, 0.7])
+def test_full_recompute_by_hand(factor):
+    """Full recomputation re-runs every layer's forward (GEMMs, attention, element-wise) in
+    ``recompute_factor`` times its time (Korthikanti et al. 2022 Sec. 5: one extra forward)
+    and adds two TP all-reduces per layer; forward and backward are unchanged."""
+    base = example_config()
+    m, t, s, st, eff = base.specs()
+    eff = dataclasses.replace(eff, recompute_factor=factor)
+    full = dataclasses.replace(st, recompute=jnp.asarray([0.0, 0.0, 1.0]))
+    b_sel = {k: float(v) for k, v in cd.evaluate(m, t, s, st, eff).breakdown_s.items()}
+    b = {k: float(v) for k, v in cd.evaluate(m, t, s, full, eff).breakdown_s.items()}
+    acc = s.accelerator
+    l, h, s_len, B = 96.0, 12288.0, 2048.0, 1536.0
+    tp, pp, dp = 8.0, 8.0, 16.0
+    n_mb, lps, tokens = B / dp, l / pp, s_len
+    peak, hbm = float(acc.peak_tflops) * 1e12, float(acc.hbm_tbps) * 1e12 * eff.hbm_eff
+
+    def g(m_, n_, k_):
+        d = min(m_, n_, k_)
+        return 2 * m_ * n_ * k_ / (peak * eff.gemm_max * d / (d + eff.gemm_half_dim))
+
+    gemm = g(tokens, 3 * h / tp, h) + g(tokens, h, h / tp) + g(tokens, 4 * h / tp, h) + g(tokens, h, 4 * h / tp)
+    attention = 4 * tokens * s_len * h / tp / (peak * eff.attention_eff)
+    elementwise = eff.elementwise_traffic * (34 * s_len * h / tp) / hbm
+    assert math.isclose(b["recompute"], n_mb * lps * factor * (gemm + attention + elementwise), rel_tol=1e-12)
+    assert b["forward"] == b_sel["forward"] and b["backward"] == b_sel["backward"]
+    # Selective recomputation (attention core only) does not use the factor.
+    assert math.isclose(b_sel["recompute"], n_mb * lps * attention, rel_tol=1e-12)
+    # Six TP collectives per layer instead of four (the SP re-gather term is unchanged).
+    (a0, b0), _ = links(base)
+    ar = 2 * (7 * a0 + 7 / 8 * 2 * tokens * h / b0)
+    assert math.isclose(b["tp_comm"] - b_sel["tp_comm"], n_mb * lps * 2 * ar, rel_tol=1e-9)
+
+
+def test_recompute_factor_must_be_positive():
+    cfg = example_config()
+    m, t, s, st, eff = cfg.specs()
+    with pytest.raises(cd.SpecError, match="efficiency.recompute_factor"):
+        cd.evaluate(m, t, s, st, dataclasses.replace(eff, recompute_factor=0.0))
