@@ -17,7 +17,8 @@ import codesign as cd
 from codesign.cost import cluster_cost
 from codesign.specs import Accelerator, System, Tier
 
-SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: CI runs the same examples every time (explore with --hypothesis-seed).
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 N = 64
 MODELS = {
@@ -229,10 +230,9 @@ def test_relaxed_converges_to_exact(s):
     """Smoothing(exact=False, tau) -> exact as tau -> 0 at integer points.
 
     Each relaxed operation is off by at most a factor n**tau (smooth max/min) or
-    tau * scale * log 2 (softplus), so the relative error is O(tau): it must shrink with every
-    decade from tau = 0.01 and be under 1 % at tau = 1e-3 (and under tau itself).  Between
-    tau = 0.1 and 0.01 errors of opposite sign may cancel (CANCELLING above), so there only
-    a loose bound is asserted."""
+    tau * scale * log 2 (softplus), so the relative error is O(tau): it must be under tau
+    itself at tau = 0.01, 1e-3 and 1e-4.  At tau = 0.1 errors of opposite sign may cancel or
+    add (CANCELLING above), so there only a loose bound is asserted."""
     if s == "example":
         cfg = example_config()
     else:
@@ -244,7 +244,9 @@ def test_relaxed_converges_to_exact(s):
         relaxed = float(cd.evaluate(*cfg.specs(), cd.Smoothing(exact=False, tau=tau)).step_time_s)
         assert math.isfinite(relaxed)
         err[tau] = abs(relaxed - exact) / exact
-    assert err[1e-3] < 0.01
-    assert err[1e-4] <= err[1e-3] <= err[0.01] + 1e-15
-    assert err[0.01] <= 0.01 and err[1e-3] <= 1e-3
+    # O(tau) with constant 1 from tau = 0.01 down: the bound itself shrinks tenfold with every
+    # decade.  (The error need not shrink monotonically: relaxed terms of opposite sign can
+    # cancel at any tau, and below ~1e-12 float64 rounding of the step time dominates.)
+    for tau in (0.01, 1e-3, 1e-4):
+        assert err[tau] <= tau, (tau, err)
     assert err[0.1] < 0.1
