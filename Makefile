@@ -25,6 +25,7 @@ bench: $(BIN)/.installed
 
 validate: $(BIN)/.installed
 	$(BIN)/python experiments/validate.py
+	$(BIN)/codesign validate
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check codesign hardware experiments tests notebooks

@@ -3,11 +3,16 @@
 Peak FLOP/s is not achieved.  Three kinds of work, each with a named efficiency
 (:class:`~codesign.specs.Efficiency`):
 
-* **GEMMs** run at ``peak * gemm_max * d / (d + gemm_half_dim)`` where ``d`` is the smallest
-  of the GEMM's ``(m, n, k)`` after sharding.  This saturating curve is the shape of measured
-  cuBLAS efficiency against matrix size (small or skinny GEMMs cannot fill the tensor cores
-  and become bandwidth bound; cf. the roofline model, Williams, Waterman & Patterson 2009,
-  and NVIDIA's "Matrix Multiplication Background" guide).
+* **GEMMs** run at ``peak * gemm_max * d / (d + gemm_half_dim)`` where
+  ``d = m n k / (m k + k n + m n) = 1 / (1/m + 1/n + 1/k)`` is the GEMM's arithmetic intensity
+  (its ``2 m n k`` FLOPs over the ``2 (m k + k n + m n)`` bytes of 16-bit operands it must move,
+  after sharding), the quantity the roofline model (Williams, Waterman & Patterson 2009)
+  compares with the machine balance.  This saturating curve is the shape of measured cuBLAS
+  efficiency against matrix size (small or skinny GEMMs cannot fill the tensor cores and
+  become bandwidth bound; NVIDIA's "Matrix Multiplication Background" guide).  ``d`` lies
+  between a third of the smallest dimension and the smallest dimension, and unlike the
+  smallest dimension alone it rewards the larger ``n`` and ``k`` of wider models at the same
+  token count (Korthikanti et al. 2022's 1T model against their 175B one).
 * **Attention** (``QK^T``, softmax, ``AV``) runs at ``attention_eff`` of the half-precision peak
   (fused FlashAttention kernels, Dao et al. 2022; FP8 attention is not assumed).
 * **Element-wise** work (norms, activations, dropout, residuals, the unfused softmax when
@@ -41,8 +46,10 @@ def peak_flops(system: System, precision: str):
 
 
 def gemm_efficiency(m, n, k, eff: Efficiency, sm: Smoothing):
-    """Fraction of peak a GEMM of shape ``(m, n, k)`` achieves."""
-    d = sm.min(m, n, k)
+    """Fraction of peak a GEMM of shape ``(m, n, k)`` achieves: ``gemm_max d / (d + gemm_half_dim)``
+    with ``d = 1 / (1/m + 1/n + 1/k)`` its arithmetic intensity (smooth in every dimension, so the
+    exact and relaxed models share it as is; ``sm`` is unused)."""
+    d = safe_div(1.0, safe_div(1.0, m) + safe_div(1.0, n) + safe_div(1.0, k))
     return eff.gemm_max * safe_div(d, d + eff.gemm_half_dim)
 
 

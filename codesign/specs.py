@@ -206,9 +206,10 @@ class Efficiency:
     These are the parameters the calibration fits (issue: calibration).  Defaults are
     round values typical of Megatron-LM on NVIDIA GPUs.
 
-    * GEMMs run at ``gemm_max * d / (d + gemm_half_dim)`` of peak, where ``d`` is the
-      smallest dimension of the GEMM after sharding (a saturating roofline-style curve:
-      small GEMMs under-fill the machine and are bandwidth bound).
+    * GEMMs run at ``gemm_max * d / (d + gemm_half_dim)`` of peak, where
+      ``d = 1 / (1/m + 1/n + 1/k)`` is the GEMM's arithmetic intensity after sharding (FLOP per
+      16-bit element moved; a saturating roofline-style curve: small or skinny GEMMs under-fill
+      the machine and are bandwidth bound).
     * Fused attention runs at ``attention_eff`` of peak.
     * Memory-bound element-wise work moves ``elementwise_traffic`` times the bytes of the
       activations it produces at ``hbm_eff`` of HBM bandwidth; the optimizer moves

@@ -926,7 +926,7 @@ def run_validation(
     steps: int = 1500,
     learning_rate: float = 0.05,
     seed: int = 0,
-    random_splits: int = 5,
+    random_splits: int = 10,
     weighting: str = "source",
     recipe_facts: bool = True,
     splits: list[str] | None = None,
@@ -2367,8 +2367,8 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--random-splits",
         type=int,
-        default=5,
-        help="number of random splits, seeds --seed, --seed + 1, ... (default 5)",
+        default=10,
+        help="number of random splits, seeds --seed, --seed + 1, ... (default 10)",
     )
     p.add_argument(
         "--prior", type=float, default=1e-4, help="pull towards the start values (default 1e-4)"

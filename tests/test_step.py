@@ -395,8 +395,8 @@ def test_example_time_terms_by_hand():
     n_mb, lps, tokens = B / dp, l / pp, s  # micro-batch of 1 sequence, no CP
     peak, hbm = float(acc.peak_tflops) * 1e12, float(acc.hbm_tbps) * 1e12 * eff.hbm_eff
 
-    def g(m_, n_, k_):  # GEMM at gemm_max * d / (d + d_half) of peak, d = min dimension
-        d = min(m_, n_, k_)
+    def g(m_, n_, k_):  # GEMM at gemm_max * d / (d + d_half) of peak, d = mnk / (mk + kn + mn)
+        d = 1 / (1 / m_ + 1 / n_ + 1 / k_)  # arithmetic intensity, FLOP per element moved
         return 2 * m_ * n_ * k_ / (peak * eff.gemm_max * d / (d + eff.gemm_half_dim))
 
     gemm = (
@@ -599,7 +599,7 @@ def test_full_recompute_by_hand(factor):
     peak, hbm = float(acc.peak_tflops) * 1e12, float(acc.hbm_tbps) * 1e12 * eff.hbm_eff
 
     def g(m_, n_, k_):
-        d = min(m_, n_, k_)
+        d = 1 / (1 / m_ + 1 / n_ + 1 / k_)
         return 2 * m_ * n_ * k_ / (peak * eff.gemm_max * d / (d + eff.gemm_half_dim))
 
     gemm = g(tokens, 3 * h / tp, h) + g(tokens, h, h / tp) + g(tokens, 4 * h / tp, h) + g(tokens, h, 4 * h / tp)
