@@ -136,7 +136,7 @@ class Settings:
     top_starts: int = 6
     """How many starts (the best of each combination first) are rounded (4 missed the optimum
     of a 3-tier Llama 3 405B co-design by 5.6 %: its relaxed optimum lies in another basin
-    than the exact one, reached only from the fifth start)."""
+    than the exact one; rounding the six best starts finds it)."""
     nearest_layouts: int = 16
     """Rounding takes this many valid layouts nearest to the relaxed point (log2 distance)."""
     local_starts: int = 6

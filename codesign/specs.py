@@ -208,7 +208,7 @@ class Efficiency:
 
     * GEMMs run at ``gemm_max * d / (d + gemm_half_dim)`` of peak, where
       ``d = 1 / (1/m + 1/n + 1/k)`` is the GEMM's arithmetic intensity after sharding (FLOP per
-      16-bit element moved; a saturating roofline-style curve: small or skinny GEMMs under-fill
+      byte of 16-bit operands moved; a saturating roofline-style curve: small or skinny GEMMs under-fill
       the machine and are bandwidth bound).
     * Fused attention runs at ``attention_eff`` of peak.
     * Memory-bound element-wise work moves ``elementwise_traffic`` times the bytes of the

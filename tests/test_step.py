@@ -396,7 +396,7 @@ def test_example_time_terms_by_hand():
     peak, hbm = float(acc.peak_tflops) * 1e12, float(acc.hbm_tbps) * 1e12 * eff.hbm_eff
 
     def g(m_, n_, k_):  # GEMM at gemm_max * d / (d + d_half) of peak, d = mnk / (mk + kn + mn)
-        d = 1 / (1 / m_ + 1 / n_ + 1 / k_)  # arithmetic intensity, FLOP per element moved
+        d = 1 / (1 / m_ + 1 / n_ + 1 / k_)  # arithmetic intensity, FLOP per byte of 16-bit operands
         return 2 * m_ * n_ * k_ / (peak * eff.gemm_max * d / (d + eff.gemm_half_dim))
 
     gemm = (
