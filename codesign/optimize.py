@@ -926,12 +926,21 @@ def _allgather_best(pt: tuple, val: float, n_evals: int, relaxed: float):
     return tuple(int(i) for i in g["pt"][j]), float(g["val"][j]), int(np.sum(g["n"])), float(g["relaxed"][j])
 
 
-def distributed_sweep(problem: Problem, top_k: int = 5, progress: bool = True, distributed: bool = False) -> SweepResult:
+def distributed_sweep(
+    problem: Problem, top_k: int = 5, progress: bool = True, distributed: bool = False, block_size: int = 4096
+) -> SweepResult:
     """The exhaustive sweep of ``problem``; with ``distributed`` and several processes, each
     process sweeps its share of the outermost axis on its local devices and the results are
-    merged (every process returns the same global result)."""
+    merged (every process returns the same global result).  ``block_size``: see
+    :func:`codesign.sweep.sweep`."""
     axes = problem.exhaustive_axes()
-    kw = dict(objective=problem.objective, capex_max_usd=problem.capex_max_usd, power_max_kw=problem.power_max_kw, top_k=top_k)
+    kw = dict(
+        objective=problem.objective,
+        capex_max_usd=problem.capex_max_usd,
+        power_max_kw=problem.power_max_kw,
+        top_k=top_k,
+        block_size=block_size,
+    )
     nproc = jax.process_count() if distributed else 1
     if nproc == 1:
         return sweep(problem.cfg, axes, progress=progress, **kw)

@@ -56,7 +56,6 @@ from codesign.optimize import (  # noqa: E402
     valid_points,
 )
 from codesign.problem import load_problem  # noqa: E402
-from codesign.sweep import sweep  # noqa: E402
 
 RANDOM_SEEDS = 10
 
@@ -105,17 +104,15 @@ def load(stem: str, changes: dict):
     return pb.with_values(**changes) if changes else pb
 
 
+def timed(fn):
+    """``(result, seconds)`` of one call."""
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
 def exhaustive(pb, block_size: int = 4096):
-    return sweep(
-        pb.cfg,
-        pb.exhaustive_axes(),
-        objective=pb.objective,
-        capex_max_usd=pb.capex_max_usd,
-        power_max_kw=pb.power_max_kw,
-        top_k=1,
-        progress=False,
-        block_size=block_size,
-    )
+    return distributed_sweep(pb, top_k=1, progress=False, block_size=block_size)
 
 
 def run_problem(label: str, pb, settings: Settings, seen_spaces: set) -> dict:
@@ -124,19 +121,10 @@ def run_problem(label: str, pb, settings: Settings, seen_spaces: set) -> dict:
     space = relax.space_of(pb)
     new_space = (space, pb.num_tiers) not in seen_spaces
     seen_spaces.add((space, pb.num_tiers))
-    t = time.perf_counter()
-    opt = optimize(pb, settings, seed=0)
-    opt_cold = time.perf_counter() - t
-    t = time.perf_counter()
-    opt = optimize(pb, settings, seed=0)
-    opt_warm = time.perf_counter() - t
-
-    t = time.perf_counter()
-    ex = exhaustive(pb)
-    ex_cold = time.perf_counter() - t
-    t = time.perf_counter()
-    ex = exhaustive(pb)
-    ex_warm = time.perf_counter() - t
+    opt, opt_cold = timed(lambda: optimize(pb, settings, seed=0))
+    opt, opt_warm = timed(lambda: optimize(pb, settings, seed=0))
+    ex, ex_cold = timed(lambda: exhaustive(pb))
+    ex, ex_warm = timed(lambda: exhaustive(pb))
     best = float(ex.best_values[0])
 
     ev = ExactEvaluator(pb)
@@ -199,21 +187,13 @@ def scaling_study(settings: Settings, levels, max_grid: float) -> list[dict]:
             print(f"scaling: skipping {g:.3g} points (> --max-grid {max_grid:.3g})")
             continue
         block = int(max(4096, min(1 << 14, n1 * n2)))
-        t = time.perf_counter()
-        ex = exhaustive(pb, block_size=block)
-        ex_first = time.perf_counter() - t
+        ex, ex_first = timed(lambda: exhaustive(pb, block_size=block))  # noqa: B023
         if g <= 2e8:
-            t = time.perf_counter()
-            ex = exhaustive(pb, block_size=block)
-            ex_warm = time.perf_counter() - t
+            ex, ex_warm = timed(lambda: exhaustive(pb, block_size=block))  # noqa: B023
         else:
             ex_warm = math.nan
-        t = time.perf_counter()
-        opt = optimize(pb, settings, seed=0)
-        opt_first = time.perf_counter() - t
-        t = time.perf_counter()
-        opt = optimize(pb, settings, seed=0)
-        opt_warm = time.perf_counter() - t
+        opt, opt_first = timed(lambda: optimize(pb, settings, seed=0))  # noqa: B023
+        opt, opt_warm = timed(lambda: optimize(pb, settings, seed=0))  # noqa: B023
         best = float(ex.best_values[0])
         row = {
             "grid": g,
@@ -245,7 +225,7 @@ def pareto_study(settings: Settings, budgets) -> list[dict]:
     for b in budgets:
         pb = base.with_values(capex_max_usd=b)
         opt = optimize(pb, settings, seed=0)
-        ex = distributed_sweep(pb, top_k=1, progress=False)
+        ex = exhaustive(pb)
         row = {"budget_usd": b}
         for name, cfg in (("opt", opt.config), ("ex", ex.config(0, pb.cfg) if len(ex.best_values) else None)):
             if cfg is None:
@@ -271,7 +251,7 @@ def pareto_study(settings: Settings, budgets) -> list[dict]:
 def convergence_data(settings: Settings, stem: str) -> dict:
     pb = load(stem, {})
     opt = optimize(pb, settings, seed=0)
-    ex = distributed_sweep(pb, top_k=1, progress=False)
+    ex = exhaustive(pb)
     ev = ExactEvaluator(pb)
     vp = valid_points(pb, ev)
     # Random search's best-so-far curves (seeds 0-4) with the optimizer's budget.

@@ -44,6 +44,8 @@ def exhaustive(problem):
 
 
 def _exhaustive(pb):
+    # codesign.sweep directly (not distributed_sweep): the independent ground truth that
+    # test_distributed_sweep_single_process_is_the_sweep compares distributed_sweep with.
     return sweep(
         pb.cfg,
         pb.exhaustive_axes(),
