@@ -1,12 +1,30 @@
 """codesign: an analytical, differentiable model of LLM training steps on multi-tier clusters.
 
-The public API re-exports the specs, :func:`evaluate`, the batched evaluator and the config
-loader.  Submodules (``workload``, ``compute``, ``memory``, ``collectives``, ``pipeline``,
-``cost``, ``step``, ``sweep``) are importable for finer use.
+The public API: the specs (:class:`Model`, :class:`Training`, :class:`System` of
+:class:`Tier` s, :class:`Strategy`, :class:`Efficiency`), the step model (:func:`evaluate`,
+its :class:`Report`), run files and presets (:func:`load_run`, :func:`efficiency_preset`),
+and the subpackages :mod:`codesign.search` (sweep and co-design optimizer) and
+:mod:`codesign.calibration` (validation against measured runs).  The model's modules
+(``workload``, ``compute``, ``memory``, ``collectives``, ``pipeline``, ``cost``, ``step``,
+``rules``, ``smoothing``) are importable for finer use.
+
+Efficiency has one default everywhere: the calibrated preset of the accelerator, which
+:func:`load_run` puts in ``cfg.efficiency`` (``codesign.Efficiency()`` holds the uncalibrated
+round values the calibration starts from).
+
+Example:
+    >>> import codesign as cd
+    >>> cfg = cd.load_run_dict({"model": {"preset": "llama3-8b"}, "training": {"global_batch": 512},
+    ...     "system": {"accelerator": "h100-sxm5-80gb", "num_accelerators": 64},
+    ...     "strategy": {"tp": 2, "pp": 2, "dp": 16}})
+    >>> r = cd.evaluate(*cfg.specs())
+    >>> bool(r.fits), bool(r.step_time_s > 0)
+    (True, True)
 """
 
-from codesign import config, smoothing
-from codesign.config import RunConfig, load_run, load_run_dict
+from codesign import config, rules, smoothing
+from codesign._version import __version__
+from codesign.config import RunConfig, efficiency_preset, load_run, load_run_dict, system_preset
 from codesign.report import format_report, report_to_dict
 from codesign.smoothing import EXACT, Smoothing
 from codesign.specs import (
@@ -21,18 +39,12 @@ from codesign.specs import (
     make_strategy,
 )
 from codesign.step import BREAKDOWN_KEYS, MEMORY_KEYS, Report, evaluate, evaluate_unchecked
-from codesign.sweep import SweepResult
-
-__version__ = "0.1.0"
 
 __all__ = [
-    "Accelerator",
     "BREAKDOWN_KEYS",
-    "MEMORY_KEYS",
-    "SweepResult",
-    "format_report",
-    "report_to_dict",
     "EXACT",
+    "MEMORY_KEYS",
+    "Accelerator",
     "Efficiency",
     "Model",
     "Report",
@@ -43,11 +55,17 @@ __all__ = [
     "System",
     "Tier",
     "Training",
+    "__version__",
     "config",
+    "efficiency_preset",
     "evaluate",
     "evaluate_unchecked",
+    "format_report",
     "load_run",
     "load_run_dict",
     "make_strategy",
+    "report_to_dict",
+    "rules",
     "smoothing",
+    "system_preset",
 ]

@@ -8,8 +8,10 @@ number with its source); every other key overrides the preset.  The schema is do
 the README.  Every error is a :class:`~codesign.specs.SpecError` naming the field, the value
 and what is allowed, raised before any tracing.
 
-The catalog is read as data from the ``hardware`` directory next to this package (or from
-``$CODESIGN_CATALOG``); the library never imports the ``hardware`` package.
+The catalog is package data: the TOML files of ``codesign/hardware/`` (or of the directory
+``$CODESIGN_CATALOG`` names), read with :mod:`importlib.resources`, so an installed wheel
+carries it.  Efficiency has one default everywhere: the calibrated preset named like the
+accelerator (``codesign/hardware/efficiency.toml``), see :func:`efficiency_preset`.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ import dataclasses
 import functools
 import os
 import tomllib
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from codesign.rules import check_strategy
 from codesign.specs import (
     DEFAULT_PLACEMENT,
     PRECISIONS,
@@ -34,7 +38,6 @@ from codesign.specs import (
     Training,
     check_efficiency,
     check_model,
-    check_strategy,
     check_system,
     check_training,
     make_strategy,
@@ -44,6 +47,9 @@ __all__ = [
     "RunConfig",
     "catalog",
     "catalog_dir",
+    "data_dir",
+    "efficiency_preset",
+    "system_preset",
     "load_run",
     "load_run_dict",
     "model_preset",
@@ -72,9 +78,15 @@ class RunConfig:
 
 
 def catalog_dir() -> Path:
-    """Directory holding ``models.toml``, ``accelerators.toml`` and ``fabrics.toml``."""
+    """Directory holding ``models.toml``, ``accelerators.toml``, ``fabrics.toml`` and
+    ``efficiency.toml`` (package data, or ``$CODESIGN_CATALOG``)."""
     env = os.environ.get("CODESIGN_CATALOG")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "hardware"
+    return Path(env) if env else Path(str(resources.files("codesign") / "hardware"))
+
+
+def data_dir() -> Path:
+    """Directory of the package's data files (``measured_runs.json``, ``hardware_specs.json``)."""
+    return Path(str(resources.files("codesign") / "data"))
 
 
 @functools.cache
@@ -155,6 +167,51 @@ def tier_preset(name: str, num_accelerators: float | None = None, **overrides) -
     if tier.domain == 0 and num_accelerators is not None:
         tier = dataclasses.replace(tier, domain=float(num_accelerators))
     return tier
+
+
+def system_preset(accelerator: str, num_accelerators: float, scale_out: str | None = None, **overrides) -> System:
+    """A two-tier :class:`System`: the accelerator's scale-up domain and a scale-out fabric
+    (its preset's ``scale_out`` unless named) that reaches every accelerator.
+
+    Example:
+        >>> from codesign.config import system_preset
+        >>> sy = system_preset("h100-sxm5-80gb", 64)
+        >>> [float(t.domain) for t in sy.tiers]
+        [8.0, 64.0]
+    """
+    a = _preset("accelerators", accelerator, "system.accelerator")
+    tiers = (
+        tier_preset(a["scale_up"], domain=a["scale_up_domain"]),
+        tier_preset(scale_out or a["scale_out"], num_accelerators, domain=float(num_accelerators)),
+    )
+    return System(
+        accelerator=accelerator_preset(accelerator),
+        tiers=tiers,
+        num_accelerators=float(num_accelerators),
+        **overrides,
+    )
+
+
+def efficiency_preset(name: str, stack: str | None = None) -> Efficiency:
+    """The calibrated :class:`Efficiency` of an accelerator preset (the one default of the
+    library: what :func:`load_run` uses when ``[efficiency]`` names no preset), optionally for
+    a software ``stack`` (:data:`STACKS`); ``"uncalibrated"`` gives the class defaults.
+
+    Run-dependent entries (the FP8 GEMM efficiency, unfused attention, per-fabric tier
+    efficiencies) are applied by :func:`load_run`, which knows the run.
+
+    Example:
+        >>> from codesign.config import efficiency_preset
+        >>> 0 < efficiency_preset("h100-sxm5-80gb").gemm_max <= 1
+        True
+    """
+    if stack is not None and stack not in STACKS:
+        raise SpecError("efficiency.stack", stack, f"one of {', '.join(STACKS)}")
+    base, _ = _apply_stack(_preset("efficiency", name, "efficiency.preset"), stack)
+    skip = {k for k in base if k.startswith("calibrated_") or k in _EFFICIENCY_PROVENANCE_KEYS}
+    eff = _fill(Efficiency, base, "efficiency", skip=skip)
+    check_efficiency(eff)
+    return eff
 
 
 def _section(doc: dict, name: str, required: bool = True) -> dict:

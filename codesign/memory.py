@@ -44,6 +44,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from codesign import workload
+from codesign.rules import sharded, zero_fractions
 from codesign.smoothing import Smoothing
 from codesign.specs import Efficiency, Model, Strategy
 
@@ -110,20 +111,12 @@ def memory_bytes(
     sharding (see :mod:`codesign.step`).
     """
     st = strategy
-    z = st.zero  # weights over ZeRO stages 0..3
-    shard_opt = z[1] + z[2] + z[3]
-    shard_grad = z[2] + z[3]
-    shard_w = z[3]
-    dense_group = st.dp * st.cp
-    expert_group = jnp.maximum(dense_group / st.ep, 1.0)
+    frac = zero_fractions(st.zero)  # ZeRO stage weights -> sharded fraction of each state
     pd, pe = params_local["dense"], params_local["expert"]
-
-    def sharded(frac):
-        return pd * (1.0 - frac + frac / dense_group) + pe * (1.0 - frac + frac / expert_group)
-
-    weights = 2.0 * sharded(shard_w)
-    grads = grad_bytes * sharded(shard_grad)
-    optimizer = 12.0 * sharded(shard_opt)
+    shard_w = frac["weights"]
+    weights = 2.0 * sharded(pd, pe, shard_w, st)
+    grads = grad_bytes * sharded(pd, pe, frac["gradients"], st)
+    optimizer = 12.0 * sharded(pd, pe, frac["optimizer"], st)
 
     act = layer_activation_bytes(model, st)
     r = st.recompute  # weights over none, selective, full

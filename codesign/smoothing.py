@@ -28,7 +28,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from codesign._pytree import pytree_dataclass, static_field
+from flax import struct
 
 __all__ = ["Smoothing", "EXACT", "safe_div", "safe_log"]
 
@@ -46,7 +46,7 @@ def safe_log(x, fallback=0.0):
     return jnp.where(ok, jnp.log(jnp.where(ok, x, 1.0)), fallback)
 
 
-@pytree_dataclass
+@struct.dataclass(kw_only=True)
 class Smoothing:
     """How hard the max, min, ceil and indicator operations of the model are.
 
@@ -62,7 +62,7 @@ class Smoothing:
 
     tau: float = 0.0
     """Temperature (dimensionless).  Ignored when ``exact``."""
-    exact: bool = static_field(default=True)
+    exact: bool = struct.field(pytree_node=False, default=True)
     """True selects the exact (hard) model; False the relaxed one."""
 
     # -- maxima --------------------------------------------------------------------------

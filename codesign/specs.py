@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from codesign._pytree import pytree_dataclass, static_field
+from flax import struct
 
 __all__ = [
     "SpecError",
@@ -40,8 +40,7 @@ __all__ = [
     "make_strategy",
     "check_model",
     "check_system",
-    "check_strategy",
-    "check_all",
+    "positive",
     "check_efficiency",
     "check_training",
 ]
@@ -61,7 +60,7 @@ class SpecError(ValueError):
         super().__init__(f"{field} = {value!r} is invalid: {allowed}")
 
 
-@pytree_dataclass
+@struct.dataclass(kw_only=True)
 class Model:
     """A decoder-only transformer (GPT, Llama, Mixtral, DeepSeek-style MoE).
 
@@ -96,7 +95,7 @@ class Model:
     """How many of the layers are MoE layers (0 for a dense model)."""
 
 
-@pytree_dataclass
+@struct.dataclass(kw_only=True)
 class Training:
     """What one step trains on, and for how long.
 
@@ -109,11 +108,11 @@ class Training:
     grad_reduce_bytes: float = 4.0
     """Bytes per gradient element, stored and reduced over data parallelism (Megatron: fp32
     main grads, 4; 2 when gradients are accumulated and reduced in bf16)."""
-    precision: str = static_field(default="bf16")
+    precision: str = struct.field(pytree_node=False, default="bf16")
     """GEMM precision: ``bf16``/``fp16`` (half-precision peak) or ``fp8`` (FP8 peak)."""
 
 
-@pytree_dataclass
+@struct.dataclass(kw_only=True)
 class Accelerator:
     """One accelerator: dense peak FLOP/s, HBM, power and price."""
 
@@ -127,7 +126,7 @@ class Accelerator:
     price_usd: float
 
 
-@pytree_dataclass
+@struct.dataclass(kw_only=True)
 class Tier:
     """One network tier, innermost first (scale-up, scale-out, scale-across).
 
@@ -150,7 +149,7 @@ class Tier:
     """Fraction of ``bandwidth_gbps`` that collectives achieve on this tier (calibrated)."""
 
 
-@pytree_dataclass
+@struct.dataclass(kw_only=True)
 class System:
     """A cluster: ``num_accelerators`` of one accelerator type on ``tiers``.
 
@@ -168,7 +167,7 @@ class System:
     amortization_years: float = 4.0
 
 
-@pytree_dataclass
+@struct.dataclass(kw_only=True)
 class Strategy:
     """A parallel strategy (Megatron-LM/Megatron-Core semantics).
 
@@ -199,7 +198,7 @@ class Strategy:
     """1: fused attention that never stores the s x s scores (Dao et al. 2022)."""
 
 
-@pytree_dataclass
+@struct.dataclass(kw_only=True)
 class Efficiency:
     """Named efficiency parameters: achieved rates are not peak rates.
 
@@ -325,7 +324,7 @@ def make_strategy(
     )
 
 
-def _positive(field: str, value, integer: bool = False, allow_zero: bool = False) -> float:
+def positive(field: str, value, integer: bool = False, allow_zero: bool = False) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -344,15 +343,15 @@ def _positive(field: str, value, integer: bool = False, allow_zero: bool = False
 def check_model(m: Model) -> None:
     """Check a concrete :class:`Model`; raise :class:`SpecError` on the first bad field."""
     for f in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len"):
-        _positive(f"model.{f}", getattr(m, f), integer=True)
+        positive(f"model.{f}", getattr(m, f), integer=True)
     if float(m.heads) % float(m.kv_heads):
         raise SpecError("model.kv_heads", m.kv_heads, f"a divisor of model.heads = {m.heads:g}")
-    _positive("model.head_dim", m.head_dim, integer=True, allow_zero=True)
+    positive("model.head_dim", m.head_dim, integer=True, allow_zero=True)
     for f in ("gated_mlp", "tied_embeddings", "dropout"):
         if float(getattr(m, f)) not in (0.0, 1.0):
             raise SpecError(f"model.{f}", getattr(m, f), "true or false")
     for f in ("moe_experts", "moe_top_k", "moe_ffn_hidden", "moe_shared_experts", "moe_layers"):
-        _positive(f"model.{f}", getattr(m, f), integer=True, allow_zero=True)
+        positive(f"model.{f}", getattr(m, f), integer=True, allow_zero=True)
     if m.moe_experts > 0:
         if not 1 <= m.moe_top_k <= m.moe_experts:
             raise SpecError("model.moe_top_k", m.moe_top_k, f"between 1 and moe_experts = {m.moe_experts:g}")
@@ -366,25 +365,25 @@ def check_system(s: System) -> None:
     """Check a concrete :class:`System`; raise :class:`SpecError` on the first bad field."""
     a = s.accelerator
     for f in ("peak_tflops", "hbm_gb", "hbm_tbps"):
-        _positive(f"system.{f}", getattr(a, f))
+        positive(f"system.{f}", getattr(a, f))
     for f in ("peak_tflops_fp8", "power_w", "price_usd"):
-        _positive(f"system.{f}", getattr(a, f), allow_zero=True)
-    n = _positive("system.num_accelerators", s.num_accelerators, integer=True)
+        positive(f"system.{f}", getattr(a, f), allow_zero=True)
+    n = positive("system.num_accelerators", s.num_accelerators, integer=True)
     if len(s.tiers) == 0:
         raise SpecError("system.tiers", [], "at least one [[system.tiers]] table (innermost first)")
     prev = 1.0
     for i, t in enumerate(s.tiers):
-        d = _positive(f"system.tiers[{i}].domain", t.domain, integer=True)
+        d = positive(f"system.tiers[{i}].domain", t.domain, integer=True)
         if d < prev:
             raise SpecError(f"system.tiers[{i}].domain", t.domain, f"at least the inner tier's domain ({prev:g})")
         prev = d
-        _positive(f"system.tiers[{i}].bandwidth_gbps", t.bandwidth_gbps)
-        _positive(f"system.tiers[{i}].latency_us", t.latency_us, allow_zero=True)
+        positive(f"system.tiers[{i}].bandwidth_gbps", t.bandwidth_gbps)
+        positive(f"system.tiers[{i}].latency_us", t.latency_us, allow_zero=True)
         if float(t.oversubscription) < 1:
             raise SpecError(f"system.tiers[{i}].oversubscription", t.oversubscription, "a ratio >= 1")
-        _positive(f"system.tiers[{i}].price_per_gbps_usd", t.price_per_gbps_usd, allow_zero=True)
-        _positive(f"system.tiers[{i}].power_w", t.power_w, allow_zero=True)
-        eff = _positive(f"system.tiers[{i}].efficiency", t.efficiency)
+        positive(f"system.tiers[{i}].price_per_gbps_usd", t.price_per_gbps_usd, allow_zero=True)
+        positive(f"system.tiers[{i}].power_w", t.power_w, allow_zero=True)
+        eff = positive(f"system.tiers[{i}].efficiency", t.efficiency)
         if eff > 1:
             raise SpecError(f"system.tiers[{i}].efficiency", t.efficiency, "a fraction in (0, 1]")
     if prev < n:
@@ -394,58 +393,9 @@ def check_system(s: System) -> None:
             f"the outermost tier must reach all num_accelerators = {n:g} (add a tier)",
         )
     for f in ("pue", "amortization_years"):
-        _positive(f"system.{f}", getattr(s, f))
+        positive(f"system.{f}", getattr(s, f))
     for f in ("usd_per_kwh", "host_capex_usd_per_accelerator", "host_power_w_per_accelerator"):
-        _positive(f"system.{f}", getattr(s, f), allow_zero=True)
-
-
-def check_strategy(st: Strategy, model: Model, training: Training, system: System) -> None:
-    """Check a concrete strategy against the model, batch and system it runs."""
-    tp, pp, dp, cp, ep = (
-        _positive(f"strategy.{f}", getattr(st, f), integer=True) for f in ("tp", "pp", "dp", "cp", "ep")
-    )
-    mb = _positive("strategy.microbatch", st.microbatch, integer=True)
-    v = _positive("strategy.interleave", st.interleave, integer=True)
-    n = float(system.num_accelerators)
-    if tp * pp * dp * cp != n:
-        raise SpecError(
-            "strategy.tp*pp*dp*cp",
-            f"{tp:g}*{pp:g}*{dp:g}*{cp:g} = {tp * pp * dp * cp:g}",
-            f"equal to system.num_accelerators = {n:g}",
-        )
-    if float(model.heads) % tp:
-        raise SpecError("strategy.tp", st.tp, f"a divisor of model.heads = {model.heads:g}")
-    if float(model.kv_heads) % tp and tp % float(model.kv_heads):
-        raise SpecError("strategy.tp", st.tp, f"a divisor or multiple of model.kv_heads = {model.kv_heads:g}")
-    if float(model.layers) % (pp * v):
-        raise SpecError(
-            "strategy.pp*interleave", f"{pp:g}*{v:g}", f"a divisor of model.layers = {model.layers:g}"
-        )
-    if v > 1 and pp == 1:
-        raise SpecError("strategy.interleave", st.interleave, "1 when pp = 1")
-    if float(model.seq_len) % cp:
-        raise SpecError("strategy.cp", st.cp, f"a divisor of model.seq_len = {model.seq_len:g}")
-    if (dp * cp) % ep:
-        raise SpecError("strategy.ep", st.ep, f"a divisor of dp*cp = {dp * cp:g}")
-    if ep > 1 and (model.moe_experts <= 0 or float(model.moe_experts) % ep):
-        raise SpecError("strategy.ep", st.ep, f"1 for a dense model, else a divisor of moe_experts = {model.moe_experts:g}")
-    gb = _positive("training.global_batch", training.global_batch, integer=True)
-    if gb % (dp * mb):
-        raise SpecError(
-            "training.global_batch", training.global_batch, f"a multiple of dp*microbatch = {dp * mb:g}"
-        )
-    if training.precision not in PRECISIONS:
-        raise SpecError("training.precision", training.precision, f"one of {list(PRECISIONS)}")
-    if training.precision == "fp8" and float(system.accelerator.peak_tflops_fp8) <= 0:
-        raise SpecError("training.precision", "fp8", "bf16 on an accelerator without FP8 peak")
-    for name, vec, k in (("recompute", st.recompute, 3), ("zero", st.zero, 4)):
-        arr = np.asarray(vec, dtype=float)
-        if arr.shape != (k,) or np.any(arr < 0) or abs(arr.sum() - 1) > 1e-9:
-            raise SpecError(f"strategy.{name}", arr.tolist(), f"weights over {k} options summing to 1")
-    pl = np.asarray(st.placement, dtype=float)
-    if pl.shape != (5,):
-        raise SpecError("strategy.placement", pl.tolist(), "5 ranks for (tp, cp, ep, dp, pp)")
-    _positive("training.tokens", training.tokens, allow_zero=True)
+        positive(f"system.{f}", getattr(s, f), allow_zero=True)
 
 
 _FRACTIONS = ("gemm_max", "attention_eff", "hbm_eff")
@@ -455,37 +405,25 @@ _OVERLAPS = ("dp_overlap_eff", "tp_overlap_eff", "cp_overlap_eff", "p2p_overlap_
 def check_efficiency(eff: Efficiency) -> None:
     """Check concrete efficiency parameters: rates in (0, 1], overlaps in [0, 1], sizes >= 0."""
     for f in _FRACTIONS:
-        v = _positive(f"efficiency.{f}", getattr(eff, f))
+        v = positive(f"efficiency.{f}", getattr(eff, f))
         if v > 1:
             raise SpecError(f"efficiency.{f}", getattr(eff, f), "a fraction of peak in (0, 1]")
     for f in _OVERLAPS:
-        v = _positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
+        v = positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
         if v > 1:
             raise SpecError(f"efficiency.{f}", getattr(eff, f), "a fraction in [0, 1]")
     for f in ("elementwise_traffic", "optimizer_bytes_per_param", "backward_factor", "recompute_factor"):
-        _positive(f"efficiency.{f}", getattr(eff, f))
+        positive(f"efficiency.{f}", getattr(eff, f))
     if float(eff.moe_imbalance) < 1:
         raise SpecError("efficiency.moe_imbalance", eff.moe_imbalance, "a factor >= 1")
     for f in ("gemm_half_dim", "step_overhead_s", "memory_overhead_gb"):
-        _positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
+        positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
 
 
 def check_training(training: Training) -> None:
     """Check concrete training settings."""
-    _positive("training.global_batch", training.global_batch, integer=True)
-    _positive("training.tokens", training.tokens, allow_zero=True)
-    _positive("training.grad_reduce_bytes", training.grad_reduce_bytes)
+    positive("training.global_batch", training.global_batch, integer=True)
+    positive("training.tokens", training.tokens, allow_zero=True)
+    positive("training.grad_reduce_bytes", training.grad_reduce_bytes)
     if training.precision not in PRECISIONS:
         raise SpecError("training.precision", training.precision, f"one of {list(PRECISIONS)}")
-
-
-def check_all(
-    model: Model, training: Training, system: System, strategy: Strategy, efficiency: Efficiency | None = None
-) -> None:
-    """All checks for one concrete configuration (used by :func:`codesign.evaluate`)."""
-    check_model(model)
-    check_training(training)
-    check_system(system)
-    check_strategy(strategy, model, training, system)
-    if efficiency is not None:
-        check_efficiency(efficiency)

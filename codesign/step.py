@@ -37,10 +37,11 @@ import jax.numpy as jnp
 
 from codesign import collectives as coll
 from codesign import compute, memory, pipeline, workload
-from codesign._pytree import pytree_dataclass
+from flax import struct
 from codesign.cost import cluster_cost
 from codesign.smoothing import EXACT, Smoothing, safe_div
-from codesign.specs import Efficiency, Model, Strategy, System, Training, check_all
+from codesign.rules import check_all, data_parallel_groups, sharded, zero_fractions
+from codesign.specs import Efficiency, Model, Strategy, System, Training
 
 __all__ = ["Report", "evaluate", "evaluate_unchecked", "parallel_groups", "BREAKDOWN_KEYS", "MEMORY_KEYS"]
 
@@ -61,7 +62,7 @@ BREAKDOWN_KEYS = (
 )
 
 
-@pytree_dataclass
+@struct.dataclass(kw_only=True)
 class Report:
     """Everything the model says about one step (a pytree of arrays).
 
@@ -109,7 +110,7 @@ def parallel_groups(strategy: Strategy, sm: Smoothing = EXACT) -> dict:
     """``(size, stride)`` dimensions of every communication group (see :mod:`collectives`)."""
     st = strategy
     s = _strides(st, sm)
-    edp = jnp.maximum(st.dp * st.cp / st.ep, 1.0)
+    _, edp = data_parallel_groups(st)
     return {
         "tp": [(st.tp, s["tp"])],
         "cp": [(st.cp, s["cp"])],
@@ -142,11 +143,11 @@ def evaluate_unchecked(
     training: Training,
     system: System,
     strategy: Strategy,
-    efficiency: Efficiency | None = None,
+    efficiency: Efficiency,
     smoothing: Smoothing = EXACT,
 ) -> Report:
     """The step model without input checks (for use under jit, vmap and grad)."""
-    eff = Efficiency() if efficiency is None else efficiency
+    eff = efficiency
     sm = smoothing
     m, st, sy = model, strategy, system
     precision = training.precision
@@ -216,10 +217,7 @@ def evaluate_unchecked(
     dp_exposed = sm.relu(t_dp - window, scale=t_mb)
 
     # ---- optimizer -----------------------------------------------------------------------
-    shard = z[1] + z[2] + z[3]
-    dense_group = st.dp * st.cp
-    edp = jnp.maximum(dense_group / st.ep, 1.0)
-    opt_params = pl["dense"] * (1.0 - shard + shard / dense_group) + pl["expert"] * (1.0 - shard + shard / edp)
+    opt_params = sharded(pl["dense"], pl["expert"], zero_fractions(z)["optimizer"], st)
     hbm = sy.accelerator.hbm_tbps * 1e12 * eff.hbm_eff
     t_opt = eff.optimizer_bytes_per_param * opt_params / hbm
 
@@ -282,10 +280,15 @@ def evaluate(
     training: Training,
     system: System,
     strategy: Strategy,
-    efficiency: Efficiency | None = None,
+    efficiency: Efficiency,
     smoothing: Smoothing = EXACT,
 ) -> Report:
     """Evaluate one training step: time with its breakdown, memory, throughput and cost.
+
+    ``efficiency`` is required: there is one default, the calibrated preset of the
+    accelerator (``hardware/efficiency.toml``), which :func:`codesign.load_run` puts in
+    ``cfg.efficiency`` and :func:`codesign.efficiency_preset` returns by name;
+    ``codesign.Efficiency()`` holds the uncalibrated round values (the calibration's start).
 
     Concrete scalar inputs are checked first (:class:`~codesign.specs.SpecError` names the
     bad field); traced or batched inputs are not (use the parametrization instead).  The
@@ -298,11 +301,11 @@ def evaluate(
         ...     "system": {"accelerator": "a100-sxm4-80gb", "num_accelerators": 1024,
         ...                "tiers": [{"preset": "nvlink3"}, {"preset": "ib-hdr-200", "domain": 1024}]},
         ...     "strategy": {"tp": 8, "pp": 16, "dp": 8}})
-        >>> r = cd.evaluate(cfg.model, cfg.training, cfg.system, cfg.strategy)
+        >>> r = cd.evaluate(*cfg.specs())
         >>> bool(r.step_time_s > 0)
         True
     """
-    eff = Efficiency() if efficiency is None else efficiency
+    eff = efficiency
     leaves = jax.tree_util.tree_leaves((model, training, system, strategy, eff))
     if _is_concrete_scalar_tree((model, training, system, strategy, eff)) and all(
         jnp.ndim(x) == 0 or (jnp.ndim(x) == 1 and jnp.shape(x)[0] in (3, 4, 5)) for x in leaves

@@ -27,13 +27,13 @@ import json
 import re
 from pathlib import Path
 
-import codesign
-from codesign.config import catalog
+from codesign.config import catalog, data_dir, load_run_dict
+from codesign.step import evaluate
 from codesign.specs import SpecError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 
-DATA_PATH = ROOT / "experiments" / "data" / "measured_runs.json"
+DATA_PATH = data_dir() / "measured_runs.json"
 """The project's copy of the shared collection of published runs."""
 RESULTS_DIR = ROOT / "experiments" / "results"
 MICROBATCH_RANGE = (1, 2, 4, 8)
@@ -418,7 +418,7 @@ def row_to_config(row: dict, microbatch: int | None = None, recipe_facts: bool =
     """
     try:
         doc, notes = row_to_doc(row, microbatch, recipe_facts)
-        cfg = codesign.load_run_dict(doc)
+        cfg = load_run_dict(doc)
     except Unexpressible as e:
         return None, str(e)
     except SpecError as e:
@@ -427,7 +427,7 @@ def row_to_config(row: dict, microbatch: int | None = None, recipe_facts: bool =
 
 
 def _evaluate(cfg) -> dict:
-    r = codesign.evaluate(*cfg.specs())
+    r = evaluate(*cfg.specs())
     step = float(r.step_time_s)
     return {
         "predicted_s": step,
@@ -944,7 +944,7 @@ def run_validation(
     """
     import numpy as np
 
-    from codesign.calibrate import calibrate, predict_step_times
+    from codesign.calibration.fit import calibrate, predict_step_times
     from codesign.specs import Efficiency
 
     say = progress or (lambda *_: None)
@@ -1668,7 +1668,7 @@ def _recompute_counterfactual(res: dict) -> str:
     recompute_factor set back to 1 (one forward pass), everything else unchanged."""
     import numpy as np
 
-    from codesign.calibrate import predict_step_times
+    from codesign.calibration.fit import predict_step_times
 
     allsp = next((s for s in res["splits"] if s["kind"] == "all"), None)
     ds = res.get("_dataset")
@@ -1965,7 +1965,7 @@ def render_markdown(
     ablation_stored: bool = False,
 ) -> str:
     """``experiments/results/validation.md``."""
-    from codesign import __version__
+    from codesign._version import __version__
 
     krows, kst = korthikanti_rows(res)
     n_points = len(res["points"])
@@ -2117,7 +2117,7 @@ def _preset_fields() -> tuple:
     """
     import dataclasses
 
-    from codesign.calibrate import FRACTION_PARAMS, POSITIVE_PARAMS
+    from codesign.calibration.fit import FRACTION_PARAMS, POSITIVE_PARAMS
     from codesign.specs import Efficiency
 
     fit = FRACTION_PARAMS | POSITIVE_PARAMS
@@ -2145,7 +2145,7 @@ def _toml_value(v) -> str:
 
 def preset_tables(res: dict) -> dict:
     """``{accelerator id: table}`` of calibrated efficiencies from the ``all`` split of ``res``."""
-    from codesign import __version__
+    from codesign._version import __version__
 
     sp = next(s for s in res["splits"] if s["kind"] == "all")
     vals = sp["values"]
@@ -2493,16 +2493,3 @@ def _ablation_summary(ablation: dict) -> dict:
         }
         for name, res in ablation.items()
     }
-
-
-def register_cli(sub) -> None:
-    """Add ``codesign validate`` to the CLI's subcommands (called by :mod:`codesign.cli`)."""
-    p = sub.add_parser(
-        "validate",
-        help="validate and calibrate the model against measured runs (per-source tables, report, plot)",
-        description="Evaluate every expressible row of the measured-runs data set before calibration, "
-        "calibrate the efficiency parameters on random, by-source and by-generation splits, and "
-        "report per-source errors on training and held-out rows.",
-    )
-    add_arguments(p)
-    p.set_defaults(func=run_cli)

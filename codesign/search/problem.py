@@ -46,33 +46,23 @@ with one value are fixed in the base configuration.  The grid of
 :meth:`Problem.exhaustive_axes` is what ``sweep`` enumerates (the ground truth); the
 optimizer (:mod:`codesign.optimize`) works on the continuous box around it.
 
-Command line (registered into ``codesign`` by :func:`register_cli`)::
-
-    codesign optimize PROBLEM.toml [--json] [--seed 0] [--starts 24] [--steps 300]
-    codesign sweep PROBLEM.toml [--json] [--top-k 5]
-
-Both print the chosen system and strategy, the exact report, the objective (and, for
-``optimize``, the relaxed objective), the number of exact evaluations and the wall time.
-``--distributed`` runs them over several hosts (see :mod:`codesign.optimize`).  Compiled
-programs are cached on disk under ``~/.cache/codesign/jax`` (``$CODESIGN_CACHE_DIR``;
-``--no-compile-cache`` turns it off), so a repeated run skips the compile.
+The ``codesign optimize`` and ``codesign sweep`` commands (:mod:`codesign.cli`) load problem
+files with :func:`load_problem`; a problem is pure data (no search code here).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import math
 import os
-import sys
-import time
 import tomllib
 from pathlib import Path
 
 import numpy as np
 
 from codesign.config import RunConfig, load_run_dict
+from codesign.rules import derive_dp
 from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES, SpecError
 
 __all__ = [
@@ -84,8 +74,6 @@ __all__ = [
     "DEGREE_AXES",
     "RELAX_OBJECTIVES",
     "MODES",
-    "register_cli",
-    "enable_compilation_cache",
 ]
 
 STRATEGY_AXES = ("tp", "pp", "cp", "ep", "microbatch", "interleave", "recompute", "zero")
@@ -271,7 +259,7 @@ def _fix_base(cfg: RunConfig, sv: dict, hv: dict, n_fixed: float | None = None) 
         kw[k] = float(sv[k][0]) if len(sv[k]) == 1 else float(getattr(st, k))
     rec = RECOMPUTE_MODES.index(sv["recompute"][0]) if len(sv["recompute"]) == 1 else int(np.argmax(st.recompute))
     zero = ZERO_STAGES.index(sv["zero"][0]) if len(sv["zero"]) == 1 else int(np.argmax(st.zero))
-    kw["dp"] = max(1.0, float(round(n / (kw["tp"] * kw["pp"] * kw["cp"]))))
+    kw["dp"] = max(1.0, float(derive_dp(n, kw["tp"], kw["pp"], kw["cp"], np)))
     rec_v = np.eye(3)[rec]
     zero_v = np.eye(4)[zero]
     st = dataclasses.replace(st, recompute=rec_v, zero=zero_v, **kw)
@@ -334,8 +322,7 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
     st.setdefault("pp", 1)
     st.pop("dp", None)  # dp is always derived
     tp, pp, cp = (float(st.get(k, 1)) for k in ("tp", "pp", "cp"))
-    dp = n / (tp * pp * cp) if n > 0 else 1.0
-    st["dp"] = max(1.0, float(round(dp)))
+    st["dp"] = max(1.0, float(derive_dp(n, tp, pp, cp, np))) if n > 0 else 1.0
     doc["strategy"] = st
     cfg = load_run_dict(doc, check=False)
     for path in [*hardware, *fixed_bw]:
@@ -350,7 +337,7 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
             tiers[i] = dataclasses.replace(tiers[i], bandwidth_gbps=float(v))
         cfg = dataclasses.replace(cfg, system=dataclasses.replace(cfg.system, tiers=tuple(tiers)))
     if mode == "hardware":
-        if dp != round(dp) or dp < 1:
+        if n % (tp * pp * cp) or n < tp * pp * cp:
             raise SpecError("strategy.tp*pp*cp", tp * pp * cp, f"a divisor of num_accelerators = {n:g}")
 
     values = default_values(cfg)
@@ -406,243 +393,3 @@ def load_problem(path: str | os.PathLike) -> Problem:
     except tomllib.TOMLDecodeError as e:
         raise SpecError("problem", str(p), f"valid TOML ({e})") from None
     return load_problem_dict(doc, name=p.stem)
-
-
-# ------------------------------------------------------------------------------------------
-# Command line: codesign optimize / codesign sweep
-# ------------------------------------------------------------------------------------------
-
-
-def enable_compilation_cache(path: str | os.PathLike | None = None) -> str:
-    """Turn on JAX's persistent compilation cache (default ``~/.cache/codesign/jax``).
-
-    The thresholds are lowered so that every program these commands compile (the relaxed
-    search, the exact evaluators, the sweep) is cached: a second run loads them from disk.
-    """
-    import jax
-
-    d = Path(path or os.environ.get("CODESIGN_CACHE_DIR") or Path.home() / ".cache" / "codesign" / "jax").expanduser()
-    d.mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(d))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    return str(d)
-
-
-def _describe_problem(pb: Problem) -> list[str]:
-    cons = []
-    if math.isfinite(pb.capex_max_usd):
-        cons.append(f"capex <= {pb.capex_max_usd / 1e6:g} M$")
-    if math.isfinite(pb.power_max_kw):
-        cons.append(f"power <= {pb.power_max_kw:g} kW")
-    cons.append("memory fit")
-    axes = pb.exhaustive_axes()
-    free = [k.split(".")[-1] if not k.startswith("system.tiers") else f"bw[{k[13:k.index(']')]}]" for k, v in axes.items() if len(v) > 1]
-    return [
-        f"problem   {pb.title or pb.name}",
-        f"mode      {pb.mode}; minimize {pb.objective}; subject to {', '.join(cons)}",
-        f"grid      {pb.grid_size():,} points over {', '.join(free) or 'nothing'}",
-    ]
-
-
-def _describe_design(cfg: RunConfig) -> list[str]:
-    sy, st = cfg.system, cfg.strategy
-    tiers = ", ".join(
-        f"{name} {float(t.bandwidth_gbps):g} GB/s (domain {float(t.domain):g})"
-        for name, t in zip(cfg.names["tiers"], sy.tiers, strict=True)
-    )
-    rec = RECOMPUTE_MODES[int(np.argmax(st.recompute))]
-    return [
-        f"system    {int(sy.num_accelerators)} x {cfg.names['accelerator']}; tiers: {tiers}",
-        f"strategy  tp={st.tp:g} pp={st.pp:g} dp={st.dp:g} cp={st.cp:g} ep={st.ep:g} microbatch={st.microbatch:g} "
-        f"interleave={st.interleave:g} recompute={rec} zero={int(np.argmax(st.zero))}",
-    ]
-
-
-_UNITS = {"step_time": "s", "time_to_train": "days", "cost_to_train": "USD", "usd_per_token": "USD/token"}
-
-
-def _fmt_obj(objective: str, v: float) -> str:
-    if not math.isfinite(v):
-        return "infeasible"
-    return f"{v:.6g} {_UNITS.get(objective, '')}"
-
-
-def _design_dict(cfg: RunConfig) -> dict:
-    sy, st = cfg.system, cfg.strategy
-    return {
-        "num_accelerators": float(sy.num_accelerators),
-        "accelerator": cfg.names["accelerator"],
-        "tiers": [
-            {"name": n, "bandwidth_gbps": float(t.bandwidth_gbps), "domain": float(t.domain)}
-            for n, t in zip(cfg.names["tiers"], sy.tiers, strict=True)
-        ],
-        "strategy": {
-            **{k: float(getattr(st, k)) for k in ("tp", "pp", "dp", "cp", "ep", "microbatch", "interleave")},
-            "recompute": RECOMPUTE_MODES[int(np.argmax(st.recompute))],
-            "zero": int(np.argmax(st.zero)),
-        },
-    }
-
-
-def _print_result(args, pb: Problem, kind: str, cfg, report, objective: float, extra: dict, lines: list[str]) -> None:
-    from codesign.cli import format_report, report_to_dict
-
-    if getattr(args, "distributed", False):
-        import jax
-
-        if jax.process_index() != 0:  # every process holds the same result; one prints it
-            return
-    rep = report_to_dict(report, cfg) if report is not None else None
-    if args.json:
-        out = {
-            "problem": pb.name,
-            "title": pb.title,
-            "mode": pb.mode,
-            "command": kind,
-            "objective": pb.objective,
-            "objective_value": objective if math.isfinite(objective) else None,
-            "grid_size": pb.grid_size(),
-            "design": _design_dict(cfg) if cfg is not None else None,
-            "report": rep,
-            **extra,
-        }
-        print(json.dumps(out, indent=2))
-        return
-    print("\n".join(_describe_problem(pb)))
-    print()
-    if cfg is None:
-        print("no feasible design in the search space")
-    else:
-        print("\n".join(_describe_design(cfg)))
-        print()
-        print(format_report(rep, cfg))
-    print()
-    print("\n".join(lines))
-
-
-def _show_progress(args) -> bool:
-    if args.no_progress or args.json:
-        return False
-    if getattr(args, "distributed", False):
-        import jax
-
-        return jax.process_index() == 0
-    return True
-
-
-def _setup_jax(args) -> None:
-    if getattr(args, "distributed", False):
-        from codesign.optimize import initialize_distributed
-
-        initialize_distributed()
-    if not args.no_compile_cache:
-        enable_compilation_cache()
-
-
-def _cmd_optimize(args) -> int:
-    _setup_jax(args)
-    from codesign.optimize import Settings, optimize
-
-    pb = load_problem(args.problem)
-    settings = Settings(
-        steps=args.steps if args.steps is not None else Settings.steps,
-        starts=args.starts if args.starts is not None else Settings.starts,
-    )
-    t0 = time.perf_counter()
-    res = optimize(pb, settings, seed=args.seed, progress=_show_progress(args), distributed=args.distributed)
-    wall = time.perf_counter() - t0
-    extra = {
-        "relaxed_objective": res.relaxed_objective,
-        "gap": res.gap if math.isfinite(res.gap) else None,
-        "num_exact_evals": res.num_exact_evals,
-        "wall_s": wall,
-        "relaxed_wall_s": res.relaxed_wall_s,
-        "exact_wall_s": res.exact_wall_s,
-        "point": {k: (v if isinstance(v, str) else float(v)) for k, v in res.point.items()},
-        "seed": args.seed,
-        "starts": settings.starts,
-        "steps": settings.steps,
-    }
-    lines = [
-        f"objective          {_fmt_obj(pb.objective, res.exact_objective)}  ({pb.objective}, exact model)",
-        f"relaxed objective  {_fmt_obj(pb.objective, res.relaxed_objective)}  (gap {100 * res.gap:+.2f} % of exact)"
-        if math.isfinite(res.gap)
-        else f"relaxed objective  {_fmt_obj(pb.objective, res.relaxed_objective)}",
-        f"exact evaluations  {res.num_exact_evals:,}  (of {pb.grid_size():,} grid points)",
-        f"wall time          {wall:.2f} s  (relaxed search {res.relaxed_wall_s:.2f} s, exact discretization {res.exact_wall_s:.2f} s; "
-        "includes compilation unless cached)",
-    ]
-    _print_result(args, pb, "optimize", res.config, res.report, res.exact_objective, extra, lines)
-    return 0 if res.config is not None else 1
-
-
-def _cmd_sweep(args) -> int:
-    _setup_jax(args)
-    import codesign as cd
-    from codesign.optimize import distributed_sweep
-
-    pb = load_problem(args.problem)
-    t0 = time.perf_counter()
-    res = distributed_sweep(pb, top_k=args.top_k, progress=_show_progress(args), distributed=args.distributed)
-    wall = time.perf_counter() - t0
-    if len(res.best_values):
-        cfg = res.config(0, pb.cfg)
-        report = cd.evaluate(*cfg.specs())
-        best = float(res.best_values[0])
-    else:
-        cfg, report, best = None, None, math.inf
-    top = [
-        {"objective": float(v), "point": {k: (x if isinstance(x, str) else float(x)) for k, x in res.point(i).items()}}
-        for i, v in enumerate(res.best_values)
-    ]
-    extra = {
-        "num_exact_evals": res.num_points,
-        "num_valid": res.num_valid,
-        "num_feasible": res.num_feasible,
-        "wall_s": wall,
-        "sweep_wall_s": res.wall_s,
-        "top": top,
-    }
-    lines = [
-        f"objective          {_fmt_obj(pb.objective, best)}  ({pb.objective}, exact optimum of the grid)",
-        f"exact evaluations  {res.num_points:,}  ({res.num_valid:,} valid, {res.num_feasible:,} feasible)",
-        f"wall time          {wall:.2f} s  (sweep {res.wall_s:.2f} s; includes compilation unless cached)",
-    ]
-    if len(res.best_values) > 1:
-        lines.append("runners-up         " + ", ".join(_fmt_obj(pb.objective, float(v)) for v in res.best_values[1:]))
-    _print_result(args, pb, "sweep", cfg, report, best, extra, lines)
-    return 0 if cfg is not None else 1
-
-
-def _common_args(p) -> None:
-    p.add_argument("problem", help="problem TOML file (see experiments/problems/)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument(
-        "--distributed",
-        action="store_true",
-        help="run over several hosts: jax.distributed.initialize() from CODESIGN_COORDINATOR, "
-        "CODESIGN_NUM_PROCESSES, CODESIGN_PROCESS_ID (or the cluster's own environment)",
-    )
-    p.add_argument("--no-compile-cache", action="store_true", help="do not use the on-disk compilation cache")
-
-
-def register_cli(subparsers) -> None:
-    """Add ``optimize`` and ``sweep`` to the ``codesign`` command line."""
-    o = subparsers.add_parser("optimize", help="co-design by gradient descent + exact discretization")
-    _common_args(o)
-    o.add_argument("--seed", type=int, default=0, help="PRNG seed of the multi-start (default 0)")
-    o.add_argument("--starts", type=int, default=None, help="random starts (default 24; 12 or more gives every recompute x ZeRO combination a start)")
-    o.add_argument("--steps", type=int, default=None, help="Adam steps per start (default 300)")
-    o.set_defaults(func=_cmd_optimize)
-    s = subparsers.add_parser("sweep", help="exhaustive exact sweep of the problem's grid (the ground truth)")
-    _common_args(s)
-    s.add_argument("--top-k", type=int, default=5, help="how many best points to keep (default 5)")
-    s.set_defaults(func=_cmd_sweep)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    from codesign.cli import main
-
-    sys.exit(main(sys.argv[1:]))

@@ -35,12 +35,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from codesign._pytree import pytree_dataclass
-from codesign.problem import RELAX_OBJECTIVES, Problem
+from flax import struct
+from codesign.search.grid import OBJECTIVES, specs_of
+from codesign.search.problem import RELAX_OBJECTIVES, Problem
 from codesign.smoothing import Smoothing
 from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES
 from codesign.step import Report, evaluate_unchecked
-from codesign.sweep import OBJECTIVES
 
 __all__ = [
     "Space",
@@ -104,7 +104,7 @@ class Space:
         return (*[d for d in DEGREES if d in self.free_degrees], "dp")
 
 
-@pytree_dataclass
+@struct.dataclass(kw_only=True)
 class Box:
     """Numeric bounds of the design box (dynamic leaves: new bounds do not recompile)."""
 
@@ -183,9 +183,7 @@ def box_of(problem: Problem) -> Box:
 
 def base_of(problem: Problem) -> dict:
     """The base specs as a pytree of arrays (model, training, system, strategy, efficiency)."""
-    c = problem.cfg
-    base = {"model": c.model, "training": c.training, "system": c.system, "strategy": c.strategy, "efficiency": c.efficiency}
-    return jax.tree_util.tree_map(jnp.asarray, base)
+    return jax.tree_util.tree_map(jnp.asarray, specs_of(problem.cfg))
 
 
 def init_params(key, space: Space, scale: float = 1.0) -> dict:
@@ -215,7 +213,7 @@ def _in_box(u, lo_hi):
     return lo_hi[..., 0] + (lo_hi[..., 1] - lo_hi[..., 0]) * jax.nn.sigmoid(u)
 
 
-def _masked_softmax(logits, mask):
+def masked_softmax(logits, mask):
     return jax.nn.softmax(jnp.where(mask > 0, logits, _BIG))
 
 
@@ -264,9 +262,9 @@ def to_specs(params: dict, space: Space, box: Box, base: dict) -> dict:
         if k in space.unit:
             kw[k] = 1.0
     if space.free_recompute:
-        kw["recompute"] = _masked_softmax(params["recompute"], box.recompute_mask).astype(dtype)
+        kw["recompute"] = masked_softmax(params["recompute"], box.recompute_mask).astype(dtype)
     if space.free_zero:
-        kw["zero"] = _masked_softmax(params["zero"], box.zero_mask).astype(dtype)
+        kw["zero"] = masked_softmax(params["zero"], box.zero_mask).astype(dtype)
     st = dataclasses.replace(st, **kw)
     if space.free_n:
         sy = dataclasses.replace(sy, num_accelerators=2.0 ** z["n"])

@@ -1,6 +1,6 @@
-"""Batched exact evaluation of a whole grid of strategies and hardware values.
+"""The exhaustive sweep: every point of a grid, evaluated exactly and reduced on the device.
 
-A grid is a dict of axes, each a leaf path and its values::
+A grid is a dict of axes, each a leaf path and its values (:mod:`codesign.search.grid`)::
 
     {"strategy.tp": [1, 2, 4, 8], "strategy.pp": [1, 2, 4, 8, 16],
      "strategy.recompute": ["none", "selective", "full"],
@@ -8,9 +8,9 @@ A grid is a dict of axes, each a leaf path and its values::
 
 The Cartesian product is never materialized: each flat index is decoded on the device
 (``jnp.unravel_index``) into per-axis value tables, the configuration is built by replacing
-leaves of the base specs, evaluated with the exact model, masked if invalid (divisibility,
-product of degrees) or infeasible (memory, capex budget, power cap), and reduced on the
-device: a running top-k of the objective, counts, and for every axis the best objective at
+leaves of the base specs, judged by the exact evaluator
+(:func:`codesign.search.evaluator.exact_point`: the exact model, the validity rules and the
+feasibility of :mod:`codesign.rules`), and reduced on the device: a running top-k of the objective, counts, and for every axis the best objective at
 each of its values (a "profile").  Chunks of ``batch_size`` points are vmapped inside a
 ``lax.scan`` (bounded memory); super-chunks are sharded over all JAX devices with
 ``jax.shard_map`` and looped over in Python with a progress bar.  ``strategy.dp`` is derived
@@ -18,7 +18,7 @@ as ``num_accelerators / (tp pp cp)`` unless it is an axis.
 
 Example:
     >>> import codesign as cd
-    >>> from codesign.sweep import sweep
+    >>> from codesign.search import sweep
     >>> cfg = cd.config.load_run_dict({"model": {"preset": "llama3-8b"},
     ...     "training": {"global_batch": 512},
     ...     "system": {"accelerator": "h100-sxm5-80gb", "num_accelerators": 64},
@@ -33,125 +33,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import re
 import time
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
-from codesign.smoothing import EXACT
-from codesign.specs import (
-    RECOMPUTE_MODES,
-    ZERO_STAGES,
-    SpecError,
-    placement_ranks,
-)
-from codesign.step import Report, evaluate_unchecked
+from codesign.rules import with_derived_dp
+from codesign.search.evaluator import base_specs, exact_point
+from codesign.search.grid import OBJECTIVES, axis_table, config_at, set_leaf
+from codesign.specs import SpecError
 
-__all__ = ["SweepResult", "sweep", "get_leaf", "set_leaf", "valid_mask", "OBJECTIVES"]
-
-OBJECTIVES = {
-    "step_time": lambda r: r.step_time_s,
-    "time_to_train": lambda r: r.cost["time_to_train_days"],
-    "cost_to_train": lambda r: r.cost["cost_to_train_usd"],
-    "usd_per_token": lambda r: r.cost["usd_per_step"] / (r.tokens_per_s * r.step_time_s),
-    "neg_mfu": lambda r: -r.mfu,
-}
-
-_PATH_RE = re.compile(r"^([a-z_]+)(\[(\d+)\])?$")
-
-
-def _split(path: str) -> list:
-    parts = []
-    for p in path.split("."):
-        m = _PATH_RE.match(p)
-        if not m:
-            raise SpecError("sweep axis", path, "a dotted leaf path like system.tiers[1].bandwidth_gbps")
-        parts.append(m.group(1))
-        if m.group(3) is not None:
-            parts.append(int(m.group(3)))
-    return parts
-
-
-def get_leaf(specs: dict, path: str) -> Any:
-    """Read a leaf of ``{"model":…, "training":…, "system":…, "strategy":…}`` by dotted path."""
-    obj: Any = specs
-    for p in _split(path):
-        obj = obj[p] if isinstance(p, int) or isinstance(obj, dict) else getattr(obj, p)
-    return obj
-
-
-def _set(obj, parts, value):
-    if not parts:
-        return value
-    head, rest = parts[0], parts[1:]
-    if isinstance(obj, dict):
-        return {**obj, head: _set(obj[head], rest, value)}
-    if isinstance(obj, tuple):
-        lst = list(obj)
-        lst[head] = _set(lst[head], rest, value)
-        return tuple(lst)
-    return dataclasses.replace(obj, **{head: _set(getattr(obj, head), rest, value)})
-
-
-def set_leaf(specs: dict, path: str, value) -> dict:
-    """Return ``specs`` with the leaf at ``path`` replaced (pure; works on traced values)."""
-    try:
-        get_leaf(specs, path)
-    except (AttributeError, KeyError, IndexError, TypeError):
-        raise SpecError("sweep axis", path, "a leaf path of model/training/system/strategy/efficiency") from None
-    return _set(specs, _split(path), value)
-
-
-def _axis_table(path: str, values) -> np.ndarray:
-    """Numeric value table of an axis (vectors for recompute, zero and placement)."""
-    values = list(values)
-    if not values:
-        raise SpecError(f"sweep axis {path}", values, "a non-empty list of values")
-    if path == "strategy.recompute":
-        bad = [v for v in values if v not in RECOMPUTE_MODES]
-        if bad:
-            raise SpecError(path, bad[0], f"one of {list(RECOMPUTE_MODES)}")
-        return np.eye(3)[[RECOMPUTE_MODES.index(v) for v in values]]
-    if path == "strategy.zero":
-        bad = [v for v in values if v not in ZERO_STAGES]
-        if bad:
-            raise SpecError(path, bad[0], "0, 1, 2 or 3")
-        return np.eye(4)[[ZERO_STAGES.index(v) for v in values]]
-    if path == "strategy.placement":
-        return np.stack([placement_ranks(v) for v in values])
-    try:
-        arr = np.asarray([float(v) for v in values])
-    except (TypeError, ValueError):
-        raise SpecError(path, values, "a list of numbers") from None
-    return arr
-
-
-def valid_mask(specs: dict):
-    """Validity of a configuration (traced): integer degrees, divisibility, products.
-
-    Mirrors :func:`codesign.specs.check_strategy` for use on batched values.
-    """
-    m, tr, sy, st = specs["model"], specs["training"], specs["system"], specs["strategy"]
-
-    def divides(a, b):  # a divides b, both positive integers stored as floats
-        return (jnp.mod(b, a) == 0) & (a >= 1)
-
-    ok = divides(st.tp * st.pp * st.cp, sy.num_accelerators)
-    ok &= jnp.abs(st.tp * st.pp * st.cp * st.dp - sy.num_accelerators) < 0.5
-    ok &= divides(st.tp, m.heads)
-    ok &= divides(st.tp, m.kv_heads) | divides(m.kv_heads, st.tp)
-    ok &= divides(st.pp * st.interleave, m.layers)
-    ok &= (st.interleave == 1) | (st.pp > 1)
-    ok &= divides(st.cp, m.seq_len)
-    ok &= divides(st.ep, st.dp * st.cp)
-    ok &= (st.ep == 1) | ((m.moe_experts > 0) & divides(st.ep, jnp.maximum(m.moe_experts, 1.0)))
-    ok &= divides(st.dp * st.microbatch, tr.global_batch)
-    ok &= st.dp >= 1
-    return ok
+__all__ = ["SweepResult", "sweep"]
 
 
 @dataclasses.dataclass
@@ -179,28 +73,7 @@ class SweepResult:
 
     def config(self, i: int, cfg):
         """The :class:`~codesign.config.RunConfig` of the ``i``-th best point (``dp`` derived)."""
-        specs = {
-            "model": cfg.model,
-            "training": cfg.training,
-            "system": cfg.system,
-            "strategy": cfg.strategy,
-            "efficiency": cfg.efficiency,
-        }
-        for path, value in self.point(i).items():
-            specs = set_leaf(specs, path, jnp.asarray(_axis_table(path, [value])[0]))
-        specs = jax.tree_util.tree_map(lambda x: np.asarray(x, dtype=float) if np.ndim(x) else float(x), specs)
-        st, sy = specs["strategy"], specs["system"]
-        if "strategy.dp" not in self.axes:
-            dp = float(round(sy.num_accelerators / (st.tp * st.pp * st.cp)))
-            specs["strategy"] = dataclasses.replace(st, dp=dp)
-        return dataclasses.replace(
-            cfg,
-            model=specs["model"],
-            training=specs["training"],
-            system=specs["system"],
-            strategy=specs["strategy"],
-            efficiency=specs["efficiency"],
-        )
+        return config_at(cfg, self.point(i))
 
 
 def _split_point(shape, max_block: int) -> int:
@@ -221,26 +94,16 @@ def _compiled_call(treedef, paths, shape, split, derive_dp, objective, k, n_step
     whole inner block, so everything that depends only on outer axes is computed once per
     step rather than once per point (vmap leaves unbatched values unbatched).
     """
-    obj_fn = OBJECTIVES[objective]
     outer_shape, inner_shape = shape[:split], shape[split:]
     n_outer = int(np.prod(outer_shape))
     inner = int(np.prod(inner_shape))
 
     def point(specs, bounds):
-        report: Report = evaluate_unchecked(
-            specs["model"], specs["training"], specs["system"], specs["strategy"], specs["efficiency"], EXACT
-        )
-        valid = valid_mask(specs)
-        feasible = valid & report.fits
-        feasible &= report.cost["capex_usd"] <= bounds[0]
-        feasible &= report.cost["power_kw"] <= bounds[1]
-        return jnp.where(feasible, obj_fn(report), jnp.inf), valid, feasible
+        value, valid, feasible, _ = exact_point(specs, bounds, objective)
+        return value, valid, feasible
 
     def with_dp(specs):
-        if not derive_dp:
-            return specs
-        st, sy = specs["strategy"], specs["system"]
-        return set_leaf(specs, "strategy.dp", jnp.round(sy.num_accelerators / (st.tp * st.pp * st.cp)))
+        return with_derived_dp(specs) if derive_dp else specs
 
     def run(base, tables, inner_vals, inner_idx, bounds, start):
         dtype = jnp.result_type(float)
@@ -336,18 +199,11 @@ def sweep(
     """
     if objective not in OBJECTIVES:
         raise SpecError("objective", objective, f"one of {sorted(OBJECTIVES)}")
-    base = {
-        "model": cfg.model,
-        "training": cfg.training,
-        "system": cfg.system,
-        "strategy": cfg.strategy,
-        "efficiency": cfg.efficiency,
-    }
-    base = jax.tree_util.tree_map(jnp.asarray, base)
+    base = base_specs(cfg)
     if not axes:
         raise SpecError("sweep axes", axes, "at least one axis")
     paths = list(axes)
-    tables = [_axis_table(p, axes[p]) for p in paths]
+    tables = [axis_table(p, axes[p]) for p in paths]
     for p in paths:
         set_leaf(base, p, None)  # path check
     shape = tuple(len(t) for t in tables)

@@ -1,0 +1,256 @@
+"""``codesign optimize`` and ``codesign sweep``: co-design a problem file, or sweep it exhaustively.
+
+Both print the chosen system and strategy, the exact report, the objective (and, for
+``optimize``, the relaxed objective), the number of exact evaluations and the wall time.
+``--distributed`` runs them over several hosts (see :mod:`codesign.search.distributed`).
+Compiled programs are cached on disk under ``~/.cache/codesign/jax`` (``$CODESIGN_CACHE_DIR``;
+``--no-compile-cache`` turns it off), so a repeated run skips the compile.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from codesign.report import format_report, report_to_dict
+from codesign.specs import RECOMPUTE_MODES
+
+if TYPE_CHECKING:
+    from codesign.config import RunConfig
+    from codesign.search.problem import Problem
+
+__all__ = ["register", "enable_compilation_cache"]
+
+
+def enable_compilation_cache(path: str | os.PathLike | None = None) -> str:
+    """Turn on JAX's persistent compilation cache (default ``~/.cache/codesign/jax``).
+
+    The thresholds are lowered so that every program these commands compile (the relaxed
+    search, the exact evaluators, the sweep) is cached: a second run loads them from disk.
+    """
+    import jax
+
+    d = Path(path or os.environ.get("CODESIGN_CACHE_DIR") or Path.home() / ".cache" / "codesign" / "jax").expanduser()
+    d.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(d))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return str(d)
+
+
+def _describe_problem(pb: Problem) -> list[str]:
+    cons = []
+    if math.isfinite(pb.capex_max_usd):
+        cons.append(f"capex <= {pb.capex_max_usd / 1e6:g} M$")
+    if math.isfinite(pb.power_max_kw):
+        cons.append(f"power <= {pb.power_max_kw:g} kW")
+    cons.append("memory fit")
+    axes = pb.exhaustive_axes()
+    free = [k.split(".")[-1] if not k.startswith("system.tiers") else f"bw[{k[13:k.index(']')]}]" for k, v in axes.items() if len(v) > 1]
+    return [
+        f"problem   {pb.title or pb.name}",
+        f"mode      {pb.mode}; minimize {pb.objective}; subject to {', '.join(cons)}",
+        f"grid      {pb.grid_size():,} points over {', '.join(free) or 'nothing'}",
+    ]
+
+
+def _describe_design(cfg: RunConfig) -> list[str]:
+    sy, st = cfg.system, cfg.strategy
+    tiers = ", ".join(
+        f"{name} {float(t.bandwidth_gbps):g} GB/s (domain {float(t.domain):g})"
+        for name, t in zip(cfg.names["tiers"], sy.tiers, strict=True)
+    )
+    rec = RECOMPUTE_MODES[int(np.argmax(st.recompute))]
+    return [
+        f"system    {int(sy.num_accelerators)} x {cfg.names['accelerator']}; tiers: {tiers}",
+        f"strategy  tp={st.tp:g} pp={st.pp:g} dp={st.dp:g} cp={st.cp:g} ep={st.ep:g} microbatch={st.microbatch:g} "
+        f"interleave={st.interleave:g} recompute={rec} zero={int(np.argmax(st.zero))}",
+    ]
+
+
+_UNITS = {"step_time": "s", "time_to_train": "days", "cost_to_train": "USD", "usd_per_token": "USD/token"}
+
+
+def _fmt_obj(objective: str, v: float) -> str:
+    if not math.isfinite(v):
+        return "infeasible"
+    return f"{v:.6g} {_UNITS.get(objective, '')}"
+
+
+def _design_dict(cfg: RunConfig) -> dict:
+    sy, st = cfg.system, cfg.strategy
+    return {
+        "num_accelerators": float(sy.num_accelerators),
+        "accelerator": cfg.names["accelerator"],
+        "tiers": [
+            {"name": n, "bandwidth_gbps": float(t.bandwidth_gbps), "domain": float(t.domain)}
+            for n, t in zip(cfg.names["tiers"], sy.tiers, strict=True)
+        ],
+        "strategy": {
+            **{k: float(getattr(st, k)) for k in ("tp", "pp", "dp", "cp", "ep", "microbatch", "interleave")},
+            "recompute": RECOMPUTE_MODES[int(np.argmax(st.recompute))],
+            "zero": int(np.argmax(st.zero)),
+        },
+    }
+
+
+def _print_result(args, pb: Problem, kind: str, cfg, report, objective: float, extra: dict, lines: list[str]) -> None:
+    if getattr(args, "distributed", False):
+        import jax
+
+        if jax.process_index() != 0:  # every process holds the same result; one prints it
+            return
+    rep = report_to_dict(report, cfg) if report is not None else None
+    if args.json:
+        out = {
+            "problem": pb.name,
+            "title": pb.title,
+            "mode": pb.mode,
+            "command": kind,
+            "objective": pb.objective,
+            "objective_value": objective if math.isfinite(objective) else None,
+            "grid_size": pb.grid_size(),
+            "design": _design_dict(cfg) if cfg is not None else None,
+            "report": rep,
+            **extra,
+        }
+        print(json.dumps(out, indent=2))
+        return
+    print("\n".join(_describe_problem(pb)))
+    print()
+    if cfg is None:
+        print("no feasible design in the search space")
+    else:
+        print("\n".join(_describe_design(cfg)))
+        print()
+        print(format_report(rep, cfg))
+    print()
+    print("\n".join(lines))
+
+
+def _show_progress(args) -> bool:
+    if args.no_progress or args.json:
+        return False
+    if getattr(args, "distributed", False):
+        import jax
+
+        return jax.process_index() == 0
+    return True
+
+
+def _setup_jax(args) -> None:
+    if getattr(args, "distributed", False):
+        from codesign.search import initialize_distributed
+
+        initialize_distributed()
+    if not args.no_compile_cache:
+        enable_compilation_cache()
+
+
+def _cmd_optimize(args) -> int:
+    _setup_jax(args)
+    from codesign.search import Settings, load_problem, optimize
+
+    pb = load_problem(args.problem)
+    settings = Settings(
+        steps=args.steps if args.steps is not None else Settings.steps,
+        starts=args.starts if args.starts is not None else Settings.starts,
+    )
+    t0 = time.perf_counter()
+    res = optimize(pb, settings, seed=args.seed, progress=_show_progress(args), distributed=args.distributed)
+    wall = time.perf_counter() - t0
+    extra = {
+        "relaxed_objective": res.relaxed_objective,
+        "gap": res.gap if math.isfinite(res.gap) else None,
+        "num_exact_evals": res.num_exact_evals,
+        "wall_s": wall,
+        "relaxed_wall_s": res.relaxed_wall_s,
+        "exact_wall_s": res.exact_wall_s,
+        "point": {k: (v if isinstance(v, str) else float(v)) for k, v in res.point.items()},
+        "seed": args.seed,
+        "starts": settings.starts,
+        "steps": settings.steps,
+    }
+    lines = [
+        f"objective          {_fmt_obj(pb.objective, res.exact_objective)}  ({pb.objective}, exact model)",
+        f"relaxed objective  {_fmt_obj(pb.objective, res.relaxed_objective)}  (gap {100 * res.gap:+.2f} % of exact)"
+        if math.isfinite(res.gap)
+        else f"relaxed objective  {_fmt_obj(pb.objective, res.relaxed_objective)}",
+        f"exact evaluations  {res.num_exact_evals:,}  (of {pb.grid_size():,} grid points)",
+        f"wall time          {wall:.2f} s  (relaxed search {res.relaxed_wall_s:.2f} s, exact discretization {res.exact_wall_s:.2f} s; "
+        "includes compilation unless cached)",
+    ]
+    _print_result(args, pb, "optimize", res.config, res.report, res.exact_objective, extra, lines)
+    return 0 if res.config is not None else 1
+
+
+def _cmd_sweep(args) -> int:
+    _setup_jax(args)
+    from codesign.search import distributed_sweep, load_problem
+    from codesign.step import evaluate
+
+    pb = load_problem(args.problem)
+    t0 = time.perf_counter()
+    res = distributed_sweep(pb, top_k=args.top_k, progress=_show_progress(args), distributed=args.distributed)
+    wall = time.perf_counter() - t0
+    if len(res.best_values):
+        cfg = res.config(0, pb.cfg)
+        report = evaluate(*cfg.specs())
+        best = float(res.best_values[0])
+    else:
+        cfg, report, best = None, None, math.inf
+    top = [
+        {"objective": float(v), "point": {k: (x if isinstance(x, str) else float(x)) for k, x in res.point(i).items()}}
+        for i, v in enumerate(res.best_values)
+    ]
+    extra = {
+        "num_exact_evals": res.num_points,
+        "num_valid": res.num_valid,
+        "num_feasible": res.num_feasible,
+        "wall_s": wall,
+        "sweep_wall_s": res.wall_s,
+        "top": top,
+    }
+    lines = [
+        f"objective          {_fmt_obj(pb.objective, best)}  ({pb.objective}, exact optimum of the grid)",
+        f"exact evaluations  {res.num_points:,}  ({res.num_valid:,} valid, {res.num_feasible:,} feasible)",
+        f"wall time          {wall:.2f} s  (sweep {res.wall_s:.2f} s; includes compilation unless cached)",
+    ]
+    if len(res.best_values) > 1:
+        lines.append("runners-up         " + ", ".join(_fmt_obj(pb.objective, float(v)) for v in res.best_values[1:]))
+    _print_result(args, pb, "sweep", cfg, report, best, extra, lines)
+    return 0 if cfg is not None else 1
+
+
+def _common_args(p) -> None:
+    p.add_argument("problem", help="problem TOML file (see experiments/problems/)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--distributed",
+        action="store_true",
+        help="run over several hosts: jax.distributed.initialize() from CODESIGN_COORDINATOR, "
+        "CODESIGN_NUM_PROCESSES, CODESIGN_PROCESS_ID (or the cluster's own environment)",
+    )
+    p.add_argument("--no-compile-cache", action="store_true", help="do not use the on-disk compilation cache")
+
+
+def register(subparsers) -> None:
+    """Add ``optimize`` and ``sweep`` to the ``codesign`` command line."""
+    o = subparsers.add_parser("optimize", help="co-design by gradient descent + exact discretization")
+    _common_args(o)
+    o.add_argument("--seed", type=int, default=0, help="PRNG seed of the multi-start (default 0)")
+    o.add_argument("--starts", type=int, default=None, help="random starts (default 24; 12 or more gives every recompute x ZeRO combination a start)")
+    o.add_argument("--steps", type=int, default=None, help="Adam steps per start (default 300)")
+    o.set_defaults(func=_cmd_optimize)
+    s = subparsers.add_parser("sweep", help="exhaustive exact sweep of the problem's grid (the ground truth)")
+    _common_args(s)
+    s.add_argument("--top-k", type=int, default=5, help="how many best points to keep (default 5)")
+    s.set_defaults(func=_cmd_sweep)

@@ -1,0 +1,291 @@
+"""The rules of a configuration: derived degrees, validity, feasibility, sharding fractions.
+
+One definition of each rule, used in two places: on the host, on concrete values, to raise a
+:class:`~codesign.specs.SpecError` that names the field, its value and what is allowed
+(:func:`check_strategy`, before any tracing), and traced, on batches of configurations, as
+a boolean mask (:func:`valid_mask`, what the sweep and the optimizer's exact evaluator use).
+Each rule of :data:`RULES` is a predicate written once against an array namespace ``xp``
+(``numpy`` on the host, ``jax.numpy`` under ``jit``/``vmap``), so the two can never disagree
+(a property test checks it on random configurations anyway).
+
+The rules are Megatron-LM's (Shoeybi et al. 2019; Narayanan et al. 2021; Korthikanti et al.
+2022): ``tp pp dp cp`` equals the accelerator count; ``tp`` divides the attention heads and
+divides or is a multiple of the key/value heads (GQA); ``pp * interleave`` divides the
+layers and interleaving needs ``pp > 1``; ``cp`` divides the sequence; expert parallelism is
+carved out of the ``dp * cp`` ranks (``ep`` divides ``dp * cp`` and the expert count); the
+global batch is a multiple of ``dp * microbatch``; FP8 needs an FP8 peak.
+
+Data parallelism is never chosen freely: ``dp = N / (tp pp cp)`` (:func:`derive_dp`).  ZeRO
+stages shard model states over the data-parallel group (Rajbhandari et al. 2020, "ZeRO",
+arXiv:1910.02054): stage 1 the optimizer state, 2 also the gradients, 3 also the weights
+(:func:`zero_fractions`); expert parameters shard over the expert-data-parallel group
+``dp cp / ep`` (:func:`data_parallel_groups`).
+
+A valid configuration is *feasible* when it also fits in memory and stays within the capex
+and power caps (:func:`feasible`, :func:`infeasibility`): an infeasible configuration is a
+result, not an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from codesign.specs import (
+    PRECISIONS,
+    Model,
+    SpecError,
+    Strategy,
+    System,
+    Training,
+    check_efficiency,
+    check_model,
+    check_system,
+    check_training,
+    positive,
+)
+
+__all__ = [
+    "Rule",
+    "RULES",
+    "check_strategy",
+    "check_all",
+    "derive_dp",
+    "with_derived_dp",
+    "valid_mask",
+    "feasible",
+    "infeasibility",
+    "zero_fractions",
+    "data_parallel_groups",
+    "sharded",
+]
+
+
+# --------------------------------------------------------------------------------------
+# Derived degrees and sharding groups
+# --------------------------------------------------------------------------------------
+
+
+def derive_dp(num_accelerators, tp, pp, cp, xp: Any = jnp):
+    """Data-parallel degree ``round(N / (tp pp cp))`` (valid only when it divides exactly).
+
+    Example:
+        >>> import numpy as np
+        >>> float(derive_dp(1024, 8, 16, 1, np))
+        8.0
+    """
+    return xp.round(num_accelerators / (tp * pp * cp))
+
+
+def with_derived_dp(specs: dict, xp: Any = jnp) -> dict:
+    """``specs`` (a dict with ``system`` and ``strategy``) with ``strategy.dp`` derived."""
+    st, sy = specs["strategy"], specs["system"]
+    dp = derive_dp(sy.num_accelerators, st.tp, st.pp, st.cp, xp)
+    return {**specs, "strategy": dataclasses.replace(st, dp=dp)}
+
+
+def zero_fractions(zero) -> dict:
+    """Weights (0..1) of sharding each model state over the data-parallel group, from the
+    ZeRO-stage weights ``zero`` over stages 0..3 (one-hot in the exact model):
+    ``optimizer`` (stages 1-3), ``gradients`` (2-3), ``weights`` (3)."""
+    z = zero
+    return {"optimizer": z[1] + z[2] + z[3], "gradients": z[2] + z[3], "weights": z[3]}
+
+
+def data_parallel_groups(strategy: Strategy) -> tuple:
+    """``(dense, expert)`` data-parallel group sizes: ``dp cp`` and ``max(dp cp / ep, 1)``."""
+    dense = strategy.dp * strategy.cp
+    return dense, jnp.maximum(dense / strategy.ep, 1.0)
+
+
+def sharded(dense_params, expert_params, fraction, strategy: Strategy):
+    """Parameters held per rank when a ``fraction`` (0..1) of them is sharded over the dense
+    and expert data-parallel groups (``p (1 - f + f / group)`` for each kind)."""
+    dense, expert = data_parallel_groups(strategy)
+    keep = 1.0 - fraction
+    return dense_params * (keep + fraction / dense) + expert_params * (keep + fraction / expert)
+
+
+# --------------------------------------------------------------------------------------
+# Validity: one definition, host and traced
+# --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A validity rule: ``ok(xp, model, training, system, strategy)`` is a boolean array;
+    ``field``, ``value`` and ``allowed`` (functions of the same concrete specs) word the
+    error when it fails."""
+
+    field: str
+    ok: Callable
+    value: Callable
+    allowed: Callable
+
+
+def _divides(xp, a, b):
+    """``a`` divides ``b`` (both positive integers stored as floats)."""
+    return (xp.mod(b, a) == 0) & (a >= 1)
+
+
+def _integer(xp, x):
+    return (xp.floor(x) == x) & (x >= 1)
+
+
+def _g(x) -> str:
+    return f"{float(x):g}"
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "strategy.tp*pp*dp*cp",
+        lambda xp, m, tr, sy, st: xp.abs(st.tp * st.pp * st.dp * st.cp - sy.num_accelerators) < 0.5,
+        lambda m, tr, sy, st: f"{_g(st.tp)}*{_g(st.pp)}*{_g(st.dp)}*{_g(st.cp)} = {_g(st.tp * st.pp * st.dp * st.cp)}",
+        lambda m, tr, sy, st: f"equal to system.num_accelerators = {_g(sy.num_accelerators)}",
+    ),
+    Rule(
+        "strategy.tp",
+        lambda xp, m, tr, sy, st: _divides(xp, st.tp, m.heads),
+        lambda m, tr, sy, st: st.tp,
+        lambda m, tr, sy, st: f"a divisor of model.heads = {_g(m.heads)}",
+    ),
+    Rule(
+        "strategy.tp",
+        lambda xp, m, tr, sy, st: _divides(xp, st.tp, m.kv_heads) | _divides(xp, m.kv_heads, st.tp),
+        lambda m, tr, sy, st: st.tp,
+        lambda m, tr, sy, st: f"a divisor or multiple of model.kv_heads = {_g(m.kv_heads)}",
+    ),
+    Rule(
+        "strategy.pp*interleave",
+        lambda xp, m, tr, sy, st: _divides(xp, st.pp * st.interleave, m.layers),
+        lambda m, tr, sy, st: f"{_g(st.pp)}*{_g(st.interleave)}",
+        lambda m, tr, sy, st: f"a divisor of model.layers = {_g(m.layers)}",
+    ),
+    Rule(
+        "strategy.interleave",
+        lambda xp, m, tr, sy, st: (st.interleave == 1) | (st.pp > 1),
+        lambda m, tr, sy, st: st.interleave,
+        lambda m, tr, sy, st: "1 when pp = 1",
+    ),
+    Rule(
+        "strategy.cp",
+        lambda xp, m, tr, sy, st: _divides(xp, st.cp, m.seq_len),
+        lambda m, tr, sy, st: st.cp,
+        lambda m, tr, sy, st: f"a divisor of model.seq_len = {_g(m.seq_len)}",
+    ),
+    Rule(
+        "strategy.ep",
+        lambda xp, m, tr, sy, st: _divides(xp, st.ep, st.dp * st.cp),
+        lambda m, tr, sy, st: st.ep,
+        lambda m, tr, sy, st: f"a divisor of dp*cp = {_g(st.dp * st.cp)}",
+    ),
+    Rule(
+        "strategy.ep",
+        lambda xp, m, tr, sy, st: (st.ep == 1)
+        | ((m.moe_experts > 0) & _divides(xp, st.ep, xp.maximum(m.moe_experts, 1.0))),
+        lambda m, tr, sy, st: st.ep,
+        lambda m, tr, sy, st: f"1 for a dense model, else a divisor of moe_experts = {_g(m.moe_experts)}",
+    ),
+    Rule(
+        "training.global_batch",
+        lambda xp, m, tr, sy, st: _divides(xp, st.dp * st.microbatch, tr.global_batch),
+        lambda m, tr, sy, st: tr.global_batch,
+        lambda m, tr, sy, st: f"a multiple of dp*microbatch = {_g(st.dp * st.microbatch)}",
+    ),
+    Rule(
+        "training.precision",
+        lambda xp, m, tr, sy, st: xp.asarray(tr.precision != "fp8") | (sy.accelerator.peak_tflops_fp8 > 0),
+        lambda m, tr, sy, st: tr.precision,
+        lambda m, tr, sy, st: "bf16 on an accelerator without FP8 peak",
+    ),
+)
+"""The validity rules, in the order :func:`check_strategy` reports them."""
+
+_DEGREES = ("tp", "pp", "dp", "cp", "ep", "microbatch", "interleave")
+
+
+def valid_mask(specs: dict):
+    """Validity of a (batched, traced) configuration: integer degrees and every rule of
+    :data:`RULES`.  ``specs`` is a dict with ``model``, ``training``, ``system`` and
+    ``strategy``."""
+    m, tr, sy, st = specs["model"], specs["training"], specs["system"], specs["strategy"]
+    ok = jnp.asarray(True)
+    for d in _DEGREES:
+        ok &= _integer(jnp, getattr(st, d))
+    for rule in RULES:
+        ok &= rule.ok(jnp, m, tr, sy, st)
+    return ok
+
+
+def check_strategy(st: Strategy, model: Model, training: Training, system: System) -> None:
+    """Check a concrete strategy against the model, batch and system it runs; raise
+    :class:`SpecError` on the first broken rule (the same rules as :func:`valid_mask`)."""
+    for d in _DEGREES:
+        positive(f"strategy.{d}", getattr(st, d), integer=True)
+    positive("training.global_batch", training.global_batch, integer=True)
+    if training.precision not in PRECISIONS:
+        raise SpecError("training.precision", training.precision, f"one of {list(PRECISIONS)}")
+    for name, vec, k in (("recompute", st.recompute, 3), ("zero", st.zero, 4)):
+        arr = np.asarray(vec, dtype=float)
+        if arr.shape != (k,) or np.any(arr < 0) or abs(arr.sum() - 1) > 1e-9:
+            raise SpecError(f"strategy.{name}", arr.tolist(), f"weights over {k} options summing to 1")
+    pl = np.asarray(st.placement, dtype=float)
+    if pl.shape != (5,):
+        raise SpecError("strategy.placement", pl.tolist(), "5 ranks for (tp, cp, ep, dp, pp)")
+    positive("training.tokens", training.tokens, allow_zero=True)
+    m, tr, sy = _floats(model), _floats(training), _floats(system)
+    s = _floats(st)
+    for rule in RULES:
+        if not bool(rule.ok(np, m, tr, sy, s)):
+            raise SpecError(rule.field, rule.value(m, tr, sy, s), rule.allowed(m, tr, sy, s))
+
+
+def _floats(spec):
+    """A concrete spec with its scalar leaves as Python floats (fast host arithmetic)."""
+    kw = {}
+    for f in dataclasses.fields(spec):
+        v = getattr(spec, f.name)
+        if dataclasses.is_dataclass(v):
+            v = _floats(v)
+        elif isinstance(v, str | tuple) or np.ndim(v) > 0 or v is None:
+            pass
+        else:
+            v = float(v)
+        kw[f.name] = v
+    return dataclasses.replace(spec, **kw)
+
+
+# --------------------------------------------------------------------------------------
+# Feasibility
+# --------------------------------------------------------------------------------------
+
+
+def feasible(report, capex_max_usd, power_max_kw):
+    """A valid configuration is feasible when it fits in memory and stays within the capex
+    budget and the power cap (``inf`` for no cap)."""
+    return report.fits & (report.cost["capex_usd"] <= capex_max_usd) & (report.cost["power_kw"] <= power_max_kw)
+
+
+def infeasibility(report, system: System, capex_max_usd, power_max_kw):
+    """How far a configuration is from feasibility: the sum of the log-ratio excesses of
+    memory over HBM, capex over its budget and power over its cap (0 when feasible), so a
+    search can walk from an infeasible point into the feasible set."""
+    excess = jnp.maximum(jnp.log(report.memory_gb["total"] / system.accelerator.hbm_gb), 0.0)
+    for x, cap in ((report.cost["capex_usd"], capex_max_usd), (report.cost["power_kw"], power_max_kw)):
+        ok = jnp.isfinite(cap)
+        excess = excess + jnp.where(ok, jnp.maximum(jnp.log(x / jnp.where(ok, cap, 1.0)), 0.0), 0.0)
+    return excess
+
+
+def check_all(model: Model, training: Training, system: System, strategy: Strategy, efficiency=None) -> None:
+    """All checks of one concrete configuration (what :func:`codesign.evaluate` runs first)."""
+    check_model(model)
+    check_training(training)
+    check_system(system)
+    check_strategy(strategy, model, training, system)
+    if efficiency is not None:
+        check_efficiency(efficiency)

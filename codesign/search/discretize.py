@@ -1,0 +1,184 @@
+"""Rounding a relaxed design onto the valid layouts of the grid, with exact evaluation.
+
+**Rounding onto valid layouts.**  A *layout* is a value of every axis that decides
+validity (accelerator count, tp, pp, cp, ep, microbatch, interleave; ``dp`` is derived
+as ``N / (tp pp cp)``).  The valid layouts are enumerated once on the host (the sweep's
+divisibility rules: heads by tp, layers by pp x interleave, batch by dp x microbatch,
+experts by ep).  For each of the best ``top_starts`` starts (the best of every
+combination first), the ``nearest_layouts`` valid layouts nearest to its relaxed point in
+log2 distance, with its categorical combination (and every combination on the two
+nearest), times the grid bandwidths bracketing its relaxed bandwidths, are evaluated with
+the **exact** model (memory fit, capex and power checked exactly).  This is the
+power-of-two neighbourhood of the relaxed optimum restricted to valid points; it also
+reaches non-power-of-two values (pp = 3, 7, 9 ... when the grid lists them).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from codesign.search.evaluator import ExactEvaluator
+from codesign.search.problem import Problem
+
+__all__ = ["Discretizer", "bracket"]
+
+_CATEGORICAL = ("strategy.recompute", "strategy.zero")
+_ZKEY = {
+    "system.num_accelerators": "n",
+    "strategy.tp": "tp",
+    "strategy.pp": "pp",
+    "strategy.cp": "cp",
+    "strategy.ep": "ep",
+    "strategy.microbatch": "mb",
+    "strategy.interleave": "v",
+}
+
+
+def bracket(values: list, x: float, radius: int = 0) -> list[int]:
+    """Indices of the grid values bracketing ``x`` in log2 (``radius`` more on each side)."""
+    v = np.log2(np.asarray(values, dtype=float))
+    xv = math.log2(x)
+    tol = 1e-6
+    below = np.nonzero(v <= xv + tol)[0]
+    above = np.nonzero(v >= xv - tol)[0]
+    lo = int(below[-1]) if len(below) else 0
+    hi = int(above[0]) if len(above) else len(values) - 1
+    return list(range(max(0, lo - radius), min(len(values), hi + radius + 1)))
+
+
+class Discretizer:
+    """The grid of a problem split into its parts: the *layout* axes (accelerator count and
+    the numeric strategy axes, which decide validity), the categorical axes (recompute,
+    ZeRO) and the bandwidth axes (always valid).  Valid layouts are enumerated once on the
+    host (``valid_mask`` of the sweep), with their log2 coordinates for nearest-layout
+    queries.  Points are index tuples over ``problem.exhaustive_axes()``."""
+
+    def __init__(self, problem: Problem, ev: ExactEvaluator):
+        self.problem, self.ev = problem, ev
+        paths = ev.paths
+        self.layout_axes = [a for a, p in enumerate(paths) if p in _ZKEY]
+        self.cat_axes = [a for a, p in enumerate(paths) if p in _CATEGORICAL]
+        self.bw_axes = [a for a, p in enumerate(paths) if p.startswith("system.tiers[")]
+        self.bw_tier = [int(paths[a][len("system.tiers[") : paths[a].index("]")]) for a in self.bw_axes]
+        shape = [ev.shape[a] for a in self.layout_axes]
+        grid = np.indices(shape).reshape(len(shape), -1).T if shape else np.zeros((1, 0), np.int64)
+        full = np.zeros((grid.shape[0], len(paths)), np.int64)
+        full[:, self.layout_axes] = grid
+        ok = np.zeros(grid.shape[0], bool)
+        for i in range(0, grid.shape[0], 1 << 16):
+            ok[i : i + (1 << 16)] = ev.is_valid(full[i : i + (1 << 16)])
+        self.layouts = grid[ok]
+        """(M, num_layout_axes) index rows of the valid layouts."""
+        logs = [np.log2(np.asarray(ev.values[a], dtype=float)) for a in self.layout_axes]
+        self.coords = np.stack([logs[j][self.layouts[:, j]] for j in range(len(logs))], axis=1) if logs else np.zeros((len(self.layouts), 0))
+        self._index = {tuple(r): i for i, r in enumerate(self.layouts)}
+        self._near: dict[int, np.ndarray] = {}
+
+    def layout_of(self, point: tuple) -> int | None:
+        return self._index.get(tuple(point[a] for a in self.layout_axes))
+
+    def nearest(self, coord: np.ndarray, k: int) -> np.ndarray:
+        """Indices of the ``k`` valid layouts nearest to log2 coordinates ``coord`` (L1)."""
+        if len(self.layouts) == 0:
+            return np.zeros(0, np.int64)
+        d = np.abs(self.coords - coord[None, :]).sum(axis=1)
+        k = min(k, len(d))
+        idx = np.argpartition(d, k - 1)[:k]
+        return idx[np.argsort(d[idx], kind="stable")]
+
+    def near_layouts(self, layout: int, k: int) -> np.ndarray:
+        if layout not in self._near:
+            self._near[layout] = self.nearest(self.coords[layout], k + 1)[1:]
+        return self._near[layout]
+
+    def compose(self, layout: int, cat: tuple, bw: tuple) -> tuple:
+        p = [0] * len(self.ev.paths)
+        for a, i in zip(self.layout_axes, self.layouts[layout], strict=True):
+            p[a] = int(i)
+        for a, i in zip(self.cat_axes, cat, strict=True):
+            p[a] = int(i)
+        for a, i in zip(self.bw_axes, bw, strict=True):
+            p[a] = int(i)
+        return tuple(p)
+
+    def split(self, point: tuple):
+        return (
+            self.layout_of(point),
+            tuple(point[a] for a in self.cat_axes),
+            tuple(point[a] for a in self.bw_axes),
+        )
+
+    def relaxed_coord(self, z: dict) -> np.ndarray:
+        return np.asarray([float(z[_ZKEY[self.ev.paths[a]]]) for a in self.layout_axes])
+
+    def cat_index(self, combo: tuple) -> tuple:
+        """Index tuple over the categorical axes of a (recompute, zero) combination."""
+        out = []
+        for a in self.cat_axes:
+            name = self.ev.paths[a]
+            out.append(self.ev.values[a].index(combo[0] if name == "strategy.recompute" else combo[1]))
+        return tuple(out)
+
+    def round(self, z: dict, cats: list[tuple], k: int, radius: int = 0, k_all: int = 2) -> list[tuple]:
+        """Candidates around one relaxed point: the ``k`` nearest valid layouts x the given
+        categorical index tuples x the bracketing bandwidths (+- ``radius`` grid steps), and
+        every categorical combination on the ``k_all`` nearest layouts."""
+        lays = self.nearest(self.relaxed_coord(z), k)
+        bws = list(itertools.product(*[
+            bracket(self.ev.values[a], float(np.asarray(z["bw"])[t]), radius)
+            for a, t in zip(self.bw_axes, self.bw_tier, strict=True)
+        ]))
+        out = [self.compose(int(lay), c, b) for lay in lays for c in cats for b in bws]
+        all_cats = list(itertools.product(*[range(self.ev.shape[a]) for a in self.cat_axes]))
+        out += [self.compose(int(lay), c, b) for lay in lays[:k_all] for c in all_cats for b in bws]
+        return out
+
+    def neighbours(self, point: tuple, k_layouts: int) -> list[tuple]:
+        """The local-search neighbourhood of a point (see the module docstring)."""
+        lay, cat, bw = self.split(point)
+        near = self.near_layouts(lay, k_layouts) if lay is not None else np.zeros(0, np.int64)
+        cat_shape = [self.ev.shape[a] for a in self.cat_axes]
+        all_cats = list(itertools.product(*[range(n) for n in cat_shape]))
+        nbw = [self.ev.shape[a] for a in self.bw_axes]
+
+        def scaled(steps, n):
+            # Index steps plus the same moves at the scale of a coarse grid (an eighth and a
+            # quarter of the axis), so that refining a bandwidth axis does not shrink the
+            # neighbourhood in log-bandwidth (a fine grid's single steps are too small to
+            # trade bandwidth capex against a larger layout).
+            out = set(steps)
+            if steps:
+                for c in (max(1, round(n / 8)), max(1, round(n / 4))):
+                    out |= {c, -c}
+            return sorted(out)
+
+        def bw_moves(steps_single, steps_pair):
+            out = []
+            for j in range(len(bw)):
+                for d in scaled(steps_single, nbw[j]):
+                    if 0 <= bw[j] + d < nbw[j]:
+                        q = list(bw)
+                        q[j] += d
+                        out.append(tuple(q))
+            for i, j in itertools.combinations(range(len(bw)), 2):
+                for di in steps_pair:
+                    for dj in steps_pair:
+                        if 0 <= bw[i] + di < nbw[i] and 0 <= bw[j] + dj < nbw[j]:
+                            q = list(bw)
+                            q[i] += di
+                            q[j] += dj
+                            out.append(tuple(q))
+            return out
+
+        out = []
+        if lay is not None:
+            few = near[: max(1, k_layouts // 3)]
+            out += [self.compose(int(m), cat, bw) for m in near]
+            out += [self.compose(lay, c, bw) for c in all_cats if c != cat]
+            out += [self.compose(int(m), c, bw) for m in few for c in all_cats if c != cat]
+            out += [self.compose(lay, cat, b) for b in bw_moves((-2, -1, 1, 2), (-1, 1))]
+            out += [self.compose(int(m), cat, b) for m in few for b in bw_moves((-1, 1), ())]
+        return out

@@ -1,0 +1,165 @@
+"""The exact evaluator: one compiled point function that the sweep and the optimizer share.
+
+:func:`exact_point` is the whole exact verdict on one configuration, traced: the step model
+with :data:`~codesign.smoothing.EXACT` smoothing, the validity mask and the feasibility of
+:mod:`codesign.rules`, the objective (``inf`` unless feasible) and the distance to
+feasibility.  Two batch forms use it and nothing else:
+
+* :mod:`codesign.search.sweep` vmaps it over blocks of an enumerated grid inside a scan,
+  reducing on the device;
+* :class:`ExactEvaluator` vmaps it over explicit lists of grid points (index tuples) in
+  padded chunks of one size, memoized: what the optimizer's rounding and local search ask for.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from codesign.rules import feasible, infeasibility, valid_mask, with_derived_dp
+from codesign.search.grid import OBJECTIVES, axis_table, get_leaf, set_leaf, specs_of
+from codesign.search.problem import DEGREE_AXES, Problem
+from codesign.smoothing import EXACT
+from codesign.step import evaluate_unchecked
+
+__all__ = ["exact_point", "ExactEvaluator", "base_specs"]
+
+
+def exact_point(specs: dict, bounds, objective: str):
+    """``(value, valid, feasible, excess)`` of one configuration (traced).
+
+    ``value`` is the objective where the point is valid and feasible, else ``inf``;
+    ``excess`` is 0 when feasible, the log-ratio distance to feasibility (at least 1e-12)
+    when valid but infeasible, and ``inf`` when invalid.  ``bounds = (capex_max_usd,
+    power_max_kw)``.
+    """
+    r = evaluate_unchecked(
+        specs["model"], specs["training"], specs["system"], specs["strategy"], specs["efficiency"], EXACT
+    )
+    valid = valid_mask(specs)
+    feas = valid & feasible(r, bounds[0], bounds[1])
+    value = jnp.where(feas, OBJECTIVES[objective](r), jnp.inf)
+    ex = infeasibility(r, specs["system"], bounds[0], bounds[1])
+    excess = jnp.where(valid, jnp.where(feas, 0.0, jnp.maximum(ex, 1e-12)), jnp.inf)
+    return value, valid, feas, excess
+
+
+def base_specs(cfg) -> dict:
+    """The specs of a run configuration as a pytree of arrays (the base of a batch)."""
+    return jax.tree_util.tree_map(jnp.asarray, specs_of(cfg))
+
+
+def _leaf_paths(num_tiers: int) -> tuple[str, ...]:
+    return (
+        "system.num_accelerators",
+        *(f"strategy.{k}" for k in DEGREE_AXES),
+        "strategy.recompute",
+        "strategy.zero",
+        *(f"system.tiers[{i}].bandwidth_gbps" for i in range(num_tiers)),
+    )
+
+
+@functools.cache
+def _compiled_points(objective: str):
+    def run(base, cols, bounds):
+        def point(vals):
+            specs = base
+            for path, v in vals.items():
+                specs = set_leaf(specs, path, v)
+            value, valid, _, excess = exact_point(with_derived_dp(specs), bounds, objective)
+            return value, valid, excess
+
+        return jax.vmap(point)(cols)
+
+    return jax.jit(run)
+
+
+class ExactEvaluator:
+    """Exact objective of grid points given as index tuples over ``problem.exhaustive_axes()``.
+
+    Points are evaluated by :func:`exact_point` in padded chunks of :attr:`CHUNK` points (one
+    compiled program per objective, whatever the problem or batch); results are memoized.
+    ``num_evals`` counts the distinct *valid* points evaluated.
+    """
+
+    CHUNK = 512
+    """Points per call of the compiled evaluator."""
+
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        self.axes = problem.exhaustive_axes()
+        self.paths = list(self.axes)
+        self.values = [list(v) for v in self.axes.values()]
+        self.tables = [np.asarray(axis_table(p, v)) for p, v in self.axes.items()]
+        self.shape = tuple(len(v) for v in self.values)
+        self.base = base_specs(problem.cfg)
+        self.bounds = jnp.asarray([problem.capex_max_usd, problem.power_max_kw], dtype=jnp.result_type(float))
+        self.reset()
+        specs = specs_of(problem.cfg)
+        self._defaults = {p: np.asarray(get_leaf(specs, p), dtype=float) for p in _leaf_paths(problem.num_tiers)}
+
+    def reset(self) -> None:
+        """Forget every memoized point and the evaluation count."""
+        self.memo: dict[tuple, float] = {}
+        self.excess: dict[tuple, float] = {}
+        self.valid: dict[tuple, bool] = {}
+        self.num_evals = 0
+
+    def columns(self, idx: np.ndarray) -> dict:
+        """Leaf values (``{path: (B, ...)}``) of index rows ``idx`` (B, num_axes)."""
+        b = idx.shape[0]
+        cols = {p: np.broadcast_to(v, (b, *v.shape)).copy() for p, v in self._defaults.items()}
+        for a, p in enumerate(self.paths):
+            cols[p] = self.tables[a][idx[:, a]]
+        return cols
+
+    def is_valid(self, idx: np.ndarray) -> np.ndarray:
+        """Validity (the rules of :mod:`codesign.rules`) of index rows, without the model."""
+        cols = self.columns(np.asarray(idx, dtype=np.int64).reshape(-1, len(self.paths)))
+        specs = specs_of(self.problem.cfg)
+        for p, v in cols.items():
+            specs = set_leaf(specs, p, v)
+        return np.asarray(valid_mask(with_derived_dp(specs, np)))
+
+    def __call__(self, points) -> np.ndarray:
+        """Exact objectives (inf when invalid or infeasible) of a list of index tuples."""
+        points = [tuple(int(i) for i in p) for p in points]
+        todo = list(dict.fromkeys(p for p in points if p not in self.memo))
+        if todo:
+            idx = np.asarray(todo, dtype=np.int64)
+            vals, valid, excess = self._run(idx)
+            for p, v, ok, ex in zip(todo, vals, valid, excess, strict=True):
+                self.memo[p] = float(v)
+                self.valid[p] = bool(ok)
+                self.excess[p] = float(ex)
+            self.num_evals += int(np.sum(valid))
+        return np.asarray([self.memo[p] for p in points])
+
+    def _run(self, idx: np.ndarray):
+        n = idx.shape[0]
+        m = -(-n // self.CHUNK) * self.CHUNK
+        pad = np.concatenate([idx, np.repeat(idx[:1], m - n, axis=0)]) if m > n else idx
+        fn = _compiled_points(self.problem.objective)
+        outs = []
+        for i in range(0, m, self.CHUNK):
+            cols = {p: jnp.asarray(v) for p, v in self.columns(pad[i : i + self.CHUNK]).items()}
+            outs.append(fn(self.base, cols, self.bounds))
+        outs = jax.device_get(outs)
+        return tuple(np.concatenate([np.asarray(o[k]) for o in outs])[:n] for k in range(3))
+
+    def keys(self, points) -> list[tuple]:
+        """Sort keys: feasible points by objective first, then infeasible ones by how far
+        they are from feasibility (invalid points last)."""
+        vals = self(points)
+        out = []
+        for p, v in zip(points, vals, strict=True):
+            ex = self.excess[tuple(int(i) for i in p)]
+            out.append((0, v) if ex == 0.0 else (1, ex))
+        return out
+
+    def point(self, p: tuple) -> dict:
+        """The axis values of an index tuple."""
+        return {path: vals[i] for path, vals, i in zip(self.paths, self.values, p, strict=True)}
