@@ -47,7 +47,7 @@ PROBLEMS = ROOT / "experiments" / "problems"
 RESULTS = ROOT / "experiments" / "results"
 sys.path.insert(0, str(ROOT))
 
-from codesign.optimize import (  # noqa: E402
+from codesign.search import (  # noqa: E402
     ExactEvaluator,
     Settings,
     distributed_sweep,
@@ -55,7 +55,7 @@ from codesign.optimize import (  # noqa: E402
     random_search,
     valid_points,
 )
-from codesign.problem import load_problem  # noqa: E402
+from codesign.search import load_problem  # noqa: E402
 
 RANDOM_SEEDS = 10
 
@@ -116,7 +116,7 @@ def exhaustive(pb, block_size: int = 4096):
 
 
 def run_problem(label: str, pb, settings: Settings, seen_spaces: set) -> dict:
-    from codesign import relax
+    from codesign.search import relax
 
     space = relax.space_of(pb)
     new_space = (space, pb.num_tiers) not in seen_spaces

@@ -38,7 +38,7 @@ def main() -> None:
     import numpy as np
 
     import codesign as cd
-    from codesign.sweep import sweep
+    from codesign.search import sweep
 
     cfg = cd.load_run(ROOT / "experiments/configs/gpt3-175b-a100.toml")
     dtype = "float64" if args.x64 else "float32"
@@ -88,7 +88,7 @@ def main() -> None:
         print(f"  best step {res.best_values[0]:.3f} s at {best}\n")
 
     # Compiled memory of one sweep call (XLA temp buffers) for the co-design grid.
-    from codesign import sweep as sw
+    from codesign.search import _sweep as sw
 
     mem = _sweep_temp_bytes(sw, cfg, codesign_grid)
     maxrss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
@@ -121,7 +121,7 @@ def _sweep_temp_bytes(sw, cfg, axes) -> int:
         {"model": cfg.model, "training": cfg.training, "system": cfg.system, "strategy": cfg.strategy, "efficiency": cfg.efficiency},
     )
     paths = list(axes)
-    tables = [sw._axis_table(p, axes[p]) for p in paths]
+    tables = [sw.axis_table(p, axes[p]) for p in paths]
     shape = tuple(len(t) for t in tables)
     split = sw._split_point(shape, 4096)
     inner_shape = shape[split:]

@@ -22,7 +22,7 @@
 # or differentiated.
 #
 # This notebook: evaluate one run file, plot where the time and memory go, sweep the
-# pipeline-parallel degree with `jax.vmap`, then search a grid with `codesign.sweep`.
+# pipeline-parallel degree with `jax.vmap`, then search a grid with `codesign.search.sweep`.
 
 # %%
 import dataclasses
@@ -36,8 +36,7 @@ import numpy as np
 from matplotlib.patches import Patch
 
 import codesign
-import codesign.cli
-import codesign.sweep
+import codesign.search
 
 # Counts such as 1.75e11 parameters and large sweep indices want 64-bit floats and ints.
 # Switch it on before creating any JAX array.
@@ -71,7 +70,7 @@ ROOT = find_repo_root()
 cfg = codesign.load_run(ROOT / "experiments" / "configs" / "gpt3-175b-a100.toml")
 r = codesign.evaluate(*cfg.specs())
 
-print(codesign.cli.format_report(codesign.cli.report_to_dict(r, cfg), cfg))
+print(codesign.format_report(codesign.report_to_dict(r, cfg), cfg))
 
 # %% [markdown]
 # `r` is a `codesign.Report`, a pytree of JAX arrays: `r.step_time_s`, `r.breakdown_s`
@@ -154,7 +153,7 @@ strategies = [
     for pp in pps
 ]
 for s in strategies:
-    codesign.specs.check_strategy(s, cfg.model, cfg.training, cfg.system)
+    codesign.rules.check_strategy(s, cfg.model, cfg.training, cfg.system)
 
 batch = jax.tree.map(lambda *x: jnp.stack(x), *strategies)
 evaluate_many = jax.vmap(codesign.evaluate_unchecked, in_axes=(None, None, None, 0, None))
@@ -234,9 +233,9 @@ t = np.where(fits, np.asarray(rs.step_time_s), np.inf)
 print(f"fastest pp that fits: pp={pps[int(np.argmin(t))]} ({t.min():.2f} s per step)")
 
 # %% [markdown]
-# ## 5. Search a grid with `codesign.sweep`
+# ## 5. Search a grid with `codesign.search.sweep`
 #
-# `codesign.sweep.sweep` evaluates the Cartesian product of a few axes (any leaf, by dotted
+# `codesign.search.sweep` evaluates the Cartesian product of a few axes (any leaf, by dotted
 # path; `recompute` by name) around the base run, without materializing it: it masks
 # invalid points (divisibility, degrees that do not multiply to N) and infeasible ones
 # (memory, optional capex or power caps) and keeps the best `top_k`. `strategy.dp` is
@@ -263,7 +262,7 @@ else:
         "system.tiers[1].bandwidth_gbps": [12.5, 25, 50, 100, 200],
     }
 
-res = codesign.sweep.sweep(cfg, axes, objective="step_time", top_k=10, progress=False)
+res = codesign.search.sweep(cfg, axes, objective="step_time", top_k=10, progress=False)
 print(
     f"{res.num_points} points, {res.num_valid} valid, {res.num_feasible} fit in memory"
     f"  ({res.wall_s:.1f} s)"
@@ -280,7 +279,7 @@ for i in range(min(5, len(res.best_values))):
 # best objective at each value of an axis, over all the other axes.
 
 # %%
-res_cost = codesign.sweep.sweep(cfg, axes, objective="cost_to_train", top_k=10, progress=False)
+res_cost = codesign.search.sweep(cfg, axes, objective="cost_to_train", top_k=10, progress=False)
 best = res_cost.point(0)
 print(
     "cheapest to train:",

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import codesign as cd
-from codesign.optimize import (
+from codesign.search import (
     Discretizer,
     ExactEvaluator,
     OptimizeResult,
@@ -20,9 +20,9 @@ from codesign.optimize import (
     random_search,
     valid_points,
 )
-from codesign.problem import load_problem
-from codesign.specs import check_all
-from codesign.sweep import sweep
+from codesign.search import load_problem
+from codesign.rules import check_all
+from codesign.search import sweep
 
 PROBLEM = Path(__file__).resolve().parent.parent / "experiments" / "problems" / "llama3-8b-64xh100-step.toml"
 SETTINGS = Settings(steps=200, starts=12)

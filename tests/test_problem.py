@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from codesign.optimize import Settings, distributed_sweep, optimize
-from codesign.problem import load_problem, load_problem_dict
+from codesign.search import Settings, distributed_sweep, optimize
+from codesign.search import load_problem, load_problem_dict
 from codesign.specs import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import codesign as cd
-from codesign import relax
-from codesign.problem import load_problem_dict
+from codesign.search import relax
+from codesign.search import load_problem_dict
 from codesign.smoothing import Smoothing
 
 BASE_DOC = {

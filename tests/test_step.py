@@ -14,7 +14,7 @@ from conftest import example_config, small_config, small_doc, with_tier
 
 import codesign as cd
 from codesign import step as step_mod
-from codesign.sweep import sweep
+from codesign.search import sweep
 
 CONFIGS = {
     "gpt3-example": example_config,
@@ -350,7 +350,7 @@ def test_capex_general_formula():
         with_tier(with_tier(cfg.system, 0, price_per_gbps_usd=7.0), 1, price_per_gbps_usd=111.0),
         host_capex_usd_per_accelerator=3000.0,
     )
-    r = cd.evaluate(cfg.model, cfg.training, sy, cfg.strategy)
+    r = cd.evaluate(cfg.model, cfg.training, sy, cfg.strategy, cfg.efficiency)
     expected = 64.0 * (27500.0 + 3000.0 + 450.0 * 7.0 + 50.0 * 111.0)
     assert math.isclose(float(r.cost["capex_usd"]), expected, rel_tol=1e-12)
 

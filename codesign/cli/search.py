@@ -2,7 +2,7 @@
 
 Both print the chosen system and strategy, the exact report, the objective (and, for
 ``optimize``, the relaxed objective), the number of exact evaluations and the wall time.
-``--distributed`` runs them over several hosts (see :mod:`codesign.search.distributed`).
+``--distributed`` runs them over several hosts (see :mod:`codesign.search._distributed`).
 Compiled programs are cached on disk under ``~/.cache/codesign/jax`` (``$CODESIGN_CACHE_DIR``;
 ``--no-compile-cache`` turns it off), so a repeated run skips the compile.
 """
@@ -24,7 +24,7 @@ from codesign.specs import RECOMPUTE_MODES
 
 if TYPE_CHECKING:
     from codesign.config import RunConfig
-    from codesign.search.problem import Problem
+    from codesign.search._problem import Problem
 
 __all__ = ["register", "enable_compilation_cache"]
 

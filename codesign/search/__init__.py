@@ -1,23 +1,24 @@
 """Search: the exhaustive sweep and the gradient co-design optimizer, over problem files.
 
-Layers, one way: :mod:`~codesign.search.problem` (problem files as pure data) and
-:mod:`~codesign.search.grid` (leaf paths, axis tables, objectives) are read by the one exact
-evaluator (:mod:`~codesign.search.evaluator`), which :mod:`~codesign.search.sweep` and the
-optimizer (:mod:`~codesign.search.relax`, :mod:`~codesign.search.anneal`,
-:mod:`~codesign.search.discretize`, :mod:`~codesign.search.local`,
-:mod:`~codesign.search.optimize`) share; :mod:`~codesign.search.distributed` runs both over
-several hosts and :mod:`~codesign.search.baseline` is the random-search baseline.
+Layers, one way: :mod:`~codesign.search._problem` (problem files as pure data) and
+:mod:`~codesign.search._grid` (leaf paths, axis tables, objectives) are read by the one exact
+evaluator (:mod:`~codesign.search._evaluator`), which :mod:`~codesign.search._sweep` and the
+optimizer (:mod:`~codesign.search._relax`, :mod:`~codesign.search._anneal`,
+:mod:`~codesign.search._discretize`, :mod:`~codesign.search._local`,
+:mod:`~codesign.search._optimize`) share; :mod:`~codesign.search._distributed` runs both over
+several hosts and :mod:`~codesign.search._baseline` is the random-search baseline.
 """
 
-from codesign.search.anneal import Settings, categorical_combos, relaxed_search
-from codesign.search.baseline import random_search, valid_points
-from codesign.search.discretize import Discretizer
-from codesign.search.distributed import distributed_sweep, initialize_distributed
-from codesign.search.evaluator import ExactEvaluator, exact_point
-from codesign.search.grid import OBJECTIVES, axis_table, config_at, get_leaf, set_leaf
-from codesign.search.local import local_search, polish_bandwidths
-from codesign.search.optimize import OptimizeResult, exact_objective, optimize
-from codesign.search.problem import (
+from codesign.search import _relax as relax
+from codesign.search._anneal import Settings, categorical_combos, relaxed_search
+from codesign.search._baseline import random_search, valid_points
+from codesign.search._discretize import Discretizer
+from codesign.search._distributed import distributed_sweep, initialize_distributed
+from codesign.search._evaluator import ExactEvaluator, exact_point
+from codesign.search._grid import OBJECTIVES, axis_table, config_at, get_leaf, set_leaf
+from codesign.search._local import local_search, polish_bandwidths
+from codesign.search._optimize import OptimizeResult, exact_objective, optimize
+from codesign.search._problem import (
     DEGREE_AXES,
     MODES,
     RELAX_OBJECTIVES,
@@ -27,7 +28,7 @@ from codesign.search.problem import (
     load_problem,
     load_problem_dict,
 )
-from codesign.search.sweep import SweepResult, sweep
+from codesign.search._sweep import SweepResult, sweep
 
 __all__ = [
     "DEGREE_AXES",
@@ -56,6 +57,7 @@ __all__ = [
     "optimize",
     "polish_bandwidths",
     "random_search",
+    "relax",
     "relaxed_search",
     "set_leaf",
     "sweep",

@@ -36,8 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax import struct
-from codesign.search.grid import OBJECTIVES, specs_of
-from codesign.search.problem import RELAX_OBJECTIVES, Problem
+from codesign.search._grid import OBJECTIVES, specs_of
+from codesign.search._problem import RELAX_OBJECTIVES, Problem
 from codesign.smoothing import Smoothing
 from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES
 from codesign.step import Report, evaluate_unchecked

@@ -1,10 +1,10 @@
 """Gradient co-design: relaxed multi-start search, exact rounding, exact local search.
 
-The steps, one module each: :mod:`~codesign.search.anneal` (Optax in ``lax.scan``, starts
-vmapped, temperature annealed), :mod:`~codesign.search.discretize` (the valid layouts nearest
-each relaxed optimum, evaluated exactly by :class:`~codesign.search.evaluator.ExactEvaluator`),
-:mod:`~codesign.search.local` (best-improvement search on the grid and a bandwidth polish) and,
-across hosts, :mod:`~codesign.search.distributed` (every process runs its own starts; one
+The steps, one module each: :mod:`~codesign.search._anneal` (Optax in ``lax.scan``, starts
+vmapped, temperature annealed), :mod:`~codesign.search._discretize` (the valid layouts nearest
+each relaxed optimum, evaluated exactly by :class:`~codesign.search._evaluator.ExactEvaluator`),
+:mod:`~codesign.search._local` (best-improvement search on the grid and a bandwidth polish) and,
+across hosts, :mod:`~codesign.search._distributed` (every process runs its own starts; one
 all-gather agrees on the best design).  :func:`optimize` strings them together.
 """
 
@@ -18,13 +18,13 @@ import jax
 import numpy as np
 
 from codesign.config import RunConfig
-from codesign.search.anneal import Settings, relaxed_search
-from codesign.search.discretize import Discretizer
-from codesign.search.distributed import allgather_best
-from codesign.search.evaluator import ExactEvaluator
-from codesign.search.grid import OBJECTIVES, config_at
-from codesign.search.local import local_search, polish_bandwidths
-from codesign.search.problem import Problem
+from codesign.search._anneal import Settings, relaxed_search
+from codesign.search._discretize import Discretizer
+from codesign.search._distributed import allgather_best
+from codesign.search._evaluator import ExactEvaluator
+from codesign.search._grid import OBJECTIVES, config_at
+from codesign.search._local import local_search, polish_bandwidths
+from codesign.search._problem import Problem
 from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES
 from codesign.step import Report, evaluate
 

@@ -5,7 +5,7 @@ with :data:`~codesign.smoothing.EXACT` smoothing, the validity mask and the feas
 :mod:`codesign.rules`, the objective (``inf`` unless feasible) and the distance to
 feasibility.  Two batch forms use it and nothing else:
 
-* :mod:`codesign.search.sweep` vmaps it over blocks of an enumerated grid inside a scan,
+* :mod:`codesign.search._sweep` vmaps it over blocks of an enumerated grid inside a scan,
   reducing on the device;
 * :class:`ExactEvaluator` vmaps it over explicit lists of grid points (index tuples) in
   padded chunks of one size, memoized: what the optimizer's rounding and local search ask for.
@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from codesign.rules import feasible, infeasibility, valid_mask, with_derived_dp
-from codesign.search.grid import OBJECTIVES, axis_table, get_leaf, set_leaf, specs_of
-from codesign.search.problem import DEGREE_AXES, Problem
+from codesign.search._grid import OBJECTIVES, axis_table, get_leaf, set_leaf, specs_of
+from codesign.search._problem import DEGREE_AXES, Problem
 from codesign.smoothing import EXACT
 from codesign.step import evaluate_unchecked
 

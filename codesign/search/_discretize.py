@@ -20,8 +20,8 @@ import math
 
 import numpy as np
 
-from codesign.search.evaluator import ExactEvaluator
-from codesign.search.problem import Problem
+from codesign.search._evaluator import ExactEvaluator
+from codesign.search._problem import Problem
 
 __all__ = ["Discretizer", "bracket"]
 

@@ -43,8 +43,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import codesign
-from codesign.cli import format_report, report_to_dict
-from codesign.optimize import (
+from codesign import format_report, report_to_dict
+from codesign.search import (
     ExactEvaluator,
     Settings,
     distributed_sweep,
@@ -52,7 +52,7 @@ from codesign.optimize import (
     random_search,
     valid_points,
 )
-from codesign.problem import load_problem
+from codesign.search import load_problem
 
 jax.config.update("jax_enable_x64", True)
 
@@ -219,5 +219,5 @@ plt.show()
 # ```
 #
 # (`--json` for machines; `--distributed` to spread the sweep and the starts over several
-# hosts, see `codesign.optimize`). `experiments/bench_codesign.py` runs the whole comparison
+# hosts, see `codesign.search.distributed_sweep`). `experiments/bench_codesign.py` runs the whole comparison
 # on 18 problems and the scaling study up to 10^9 grid points.

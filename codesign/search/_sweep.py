@@ -1,6 +1,6 @@
 """The exhaustive sweep: every point of a grid, evaluated exactly and reduced on the device.
 
-A grid is a dict of axes, each a leaf path and its values (:mod:`codesign.search.grid`)::
+A grid is a dict of axes, each a leaf path and its values (:mod:`codesign.search._grid`)::
 
     {"strategy.tp": [1, 2, 4, 8], "strategy.pp": [1, 2, 4, 8, 16],
      "strategy.recompute": ["none", "selective", "full"],
@@ -9,7 +9,7 @@ A grid is a dict of axes, each a leaf path and its values (:mod:`codesign.search
 The Cartesian product is never materialized: each flat index is decoded on the device
 (``jnp.unravel_index``) into per-axis value tables, the configuration is built by replacing
 leaves of the base specs, judged by the exact evaluator
-(:func:`codesign.search.evaluator.exact_point`: the exact model, the validity rules and the
+(:func:`codesign.search._evaluator.exact_point`: the exact model, the validity rules and the
 feasibility of :mod:`codesign.rules`), and reduced on the device: a running top-k of the objective, counts, and for every axis the best objective at
 each of its values (a "profile").  Chunks of ``batch_size`` points are vmapped inside a
 ``lax.scan`` (bounded memory); super-chunks are sharded over all JAX devices with
@@ -41,8 +41,8 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 from codesign.rules import with_derived_dp
-from codesign.search.evaluator import base_specs, exact_point
-from codesign.search.grid import OBJECTIVES, axis_table, config_at, set_leaf
+from codesign.search._evaluator import base_specs, exact_point
+from codesign.search._grid import OBJECTIVES, axis_table, config_at, set_leaf
 from codesign.specs import SpecError
 
 __all__ = ["SweepResult", "sweep"]

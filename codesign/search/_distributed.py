@@ -42,8 +42,8 @@ import os
 import jax
 import numpy as np
 
-from codesign.search.problem import Problem
-from codesign.search.sweep import SweepResult, sweep
+from codesign.search._problem import Problem
+from codesign.search._sweep import SweepResult, sweep
 
 __all__ = ["initialize_distributed", "allgather_best", "distributed_sweep"]
 

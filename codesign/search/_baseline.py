@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from codesign.search.evaluator import ExactEvaluator
-from codesign.search.problem import Problem
+from codesign.search._evaluator import ExactEvaluator
+from codesign.search._problem import Problem
 
 __all__ = ["valid_points", "random_search"]
 

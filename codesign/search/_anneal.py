@@ -24,8 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from codesign.search import relax
-from codesign.search.problem import Problem
+from codesign.search import _relax as relax
+from codesign.search._problem import Problem
 from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES
 
 __all__ = ["Settings", "relaxed_search", "categorical_combos"]

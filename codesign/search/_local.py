@@ -20,9 +20,9 @@ import math
 
 import numpy as np
 
-from codesign.search import relax
-from codesign.search.anneal import Settings, relaxed_search
-from codesign.search.discretize import Discretizer, bracket
+from codesign.search import _relax as relax
+from codesign.search._anneal import Settings, relaxed_search
+from codesign.search._discretize import Discretizer, bracket
 
 __all__ = ["local_search", "polish_bandwidths"]
 
