@@ -161,10 +161,18 @@ class System:
     tiers: tuple[Tier, ...]
     num_accelerators: float
     host_capex_usd_per_accelerator: float = 0.0
+    """Host (CPUs, DRAM, chassis) capex per accelerator, USD; 0: not counted unless given."""
     host_power_w_per_accelerator: float = 0.0
+    """Host power per accelerator, W; 0: not counted unless given."""
     pue: float = 1.2
+    """Power usage effectiveness.  Estimate for a modern AI datacenter (Google's fleet-wide
+    trailing PUE was 1.10 in 2023; the Uptime Institute's 2023 survey average was 1.58)."""
     usd_per_kwh: float = 0.08
+    """Electricity price, USD/kWh.  Estimate: about the 2023 US average industrial retail
+    price (US EIA, Electric Power Monthly, Table 5.6.A)."""
     amortization_years: float = 4.0
+    """Straight-line amortization period of the capex, years.  Estimate (accelerators are
+    commonly written off over 4-6 years)."""
 
 
 @struct.dataclass(kw_only=True)
@@ -232,20 +240,50 @@ class Efficiency:
     """
 
     gemm_max: float = 0.80
+    """Fraction of dense peak that large GEMMs reach.  Estimate: large BF16 cuBLAS GEMMs reach
+    roughly 70-85 % of dense peak on A100/H100 (NVIDIA, "Matrix Multiplication Background"
+    user guide); calibrated per accelerator and stack in ``hardware/efficiency.toml``."""
     gemm_half_dim: float = 96.0
+    """Arithmetic intensity (FLOP/byte) at which a GEMM reaches half of ``gemm_max``.
+    Estimate (the curve's knee, near the A100/H100 machine balance); calibrated."""
     attention_eff: float = 0.55
+    """Fraction of half-precision peak of fused attention.  Source: FlashAttention-2 reaches
+    50-73 % of peak on A100 (Dao 2023, arXiv:2307.08691, Sec. 4.1); calibrated."""
     hbm_eff: float = 0.80
+    """Fraction of HBM bandwidth that memory-bound kernels achieve.  Estimate (STREAM-like
+    copies reach 80-90 % of HBM peak on A100/H100); calibrated."""
     elementwise_traffic: float = 2.0
+    """Bytes moved per byte of stored activation by element-wise work: one read and one
+    write (by construction)."""
     optimizer_bytes_per_param: float = 34.0
+    """HBM bytes per local parameter of the optimizer step: Adam with fp32 master weights reads
+    param, grad, m and v (16), writes param, m and v (12) and the 16-bit copy (2), and the
+    global-norm gradient clipping reads the gradients once more (4): 34 (a count)."""
     dp_overlap_eff: float = 0.8
+    """Fraction of the overlap window that hides data-parallel communication.  Estimate;
+    calibrated."""
     tp_overlap_eff: float = 0.8
+    """Fraction of tensor-parallel communication hidden when TP-comm overlap is on.  Estimate."""
     cp_overlap_eff: float = 0.9
+    """Fraction of attention time that hides the context-parallel K/V exchange.  Estimate
+    (ring attention overlaps the exchange with blockwise attention, Liu et al. 2023)."""
     p2p_overlap_eff: float = 0.0
+    """Fraction of steady-state pipeline send/receive hidden behind compute.  0: none, the
+    conservative choice (an estimate); calibrated."""
     step_overhead_s: float = 0.0
+    """Fixed time per step (launch, synchronization, data loading), s.  0 until calibrated."""
     memory_overhead_gb: float = 2.0
+    """Fixed memory per accelerator (CUDA context, workspace, allocator fragmentation), GB.
+    Estimate."""
     backward_factor: float = 2.0
+    """Backward time of GEMMs and attention over their forward time.  Source: 2 by FLOP
+    count (Narayanan et al. 2021, Sec. 3.5); calibrated."""
     moe_imbalance: float = 1.0
+    """Busiest expert rank's time over the balanced time (>= 1).  1: perfect balance (by
+    construction); calibrated."""
     recompute_factor: float = 1.0
+    """Time of a full recomputation over the forward pass.  Source: 1, one extra forward
+    (Korthikanti et al. 2022, Sec. 5); calibrated per software stack."""
 
 
 # --------------------------------------------------------------------------------------

@@ -50,7 +50,6 @@ __all__ = [
     "base_of",
     "init_params",
     "to_specs",
-    "relaxed_report",
     "loss_terms",
     "loss",
     "loss_and_aux",
@@ -274,12 +273,6 @@ def to_specs(params: dict, space: Space, box: Box, base: dict) -> dict:
             tiers[i] = dataclasses.replace(tiers[i], bandwidth_gbps=z["bw"][i])
         sy = dataclasses.replace(sy, tiers=tuple(tiers))
     return {**base, "system": sy, "strategy": st}
-
-
-def relaxed_report(params: dict, tau, space: Space, box: Box, base: dict) -> Report:
-    s = to_specs(params, space, box, base)
-    sm = Smoothing(exact=False, tau=tau)
-    return evaluate_unchecked(s["model"], s["training"], s["system"], s["strategy"], s["efficiency"], sm)
 
 
 def _log_ratio_capped(x, cap):

@@ -1,0 +1,143 @@
+"""Benchmarks of two revisions side by side, in one run (this machine is shared and noisy).
+
+Checks out ``--before`` (a git revision) into a temporary worktree and runs each revision's
+own benchmark scripts with its own code (``PYTHONPATH`` set to its tree), alternating
+before/after ``--repeats`` times so that load on the machine falls on both alike, then
+prints the figures side by side (median over the repeats):
+
+* ``evaluate``: ``experiments/bench_evaluate.py --quick`` (configurations per second of the
+  sweep on a co-design and a strategy-only grid, warm and cold with compilation, one call at
+  a time, XLA temp memory);
+* ``codesign``: ``experiments/bench_codesign.py --quick`` (the optimizer against the
+  exhaustive optimum on the quick suite: ratio, wall times, exact evaluations).
+
+Usage:
+    python experiments/compare_revisions.py --before 2468f90 [--bench evaluate codesign] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_EVAL_PATTERNS = {
+    "codesign_cold_s": r"co-design grid:.*?\n\s+cold ([\d.]+) s",
+    "codesign_mcfg_s": r"co-design grid:.*?\n.*?-> ([\d.]+) M configs/s",
+    "strategy_cold_s": r"strategy-only grid:.*?\n\s+cold ([\d.]+) s",
+    "strategy_mcfg_s": r"strategy-only grid:.*?\n.*?-> ([\d.]+) M configs/s",
+    "one_at_a_time_cfg_s": r"one-at-a-time codesign.evaluate \(checked, jitted\): ([\d,]+) configs/s",
+    "sweep_temp_mib": r"XLA temp buffers of one sweep call ([\d.]+) MiB",
+}
+_HIGHER_IS_BETTER = {"codesign_mcfg_s", "strategy_mcfg_s", "one_at_a_time_cfg_s"}
+
+
+def _run(tree: Path, args: list[str], timeout: float) -> str:
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
+    env.pop("XLA_FLAGS", None)
+    p = subprocess.run(
+        [sys.executable, *args], cwd=tree, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    if p.returncode != 0:
+        raise RuntimeError(f"{args} in {tree} failed:\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
+    return p.stdout
+
+
+def parse_evaluate(out: str) -> dict:
+    """The figures of one ``bench_evaluate.py`` run."""
+    vals = {}
+    for k, pat in _EVAL_PATTERNS.items():
+        m = re.search(pat, out, re.S)
+        vals[k] = float(m.group(1).replace(",", "")) if m else float("nan")
+    return vals
+
+
+def _worktree(rev: str) -> Path:
+    d = Path(tempfile.mkdtemp(prefix="codesign-before-"))
+    subprocess.run(["git", "worktree", "add", "--detach", str(d), rev], cwd=ROOT, check=True, capture_output=True)
+    return d
+
+
+def compare_evaluate(before: Path, repeats: int) -> list[str]:
+    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    for i in range(repeats):
+        for name, tree in (("before", before), ("after", ROOT)):
+            runs[name].append(parse_evaluate(_run(tree, ["experiments/bench_evaluate.py", "--quick"], 900)))
+            print(f"  evaluate run {i + 1}/{repeats} {name}: {runs[name][-1]}", file=sys.stderr, flush=True)
+    lines = [
+        f"bench_evaluate.py --quick, median of {repeats} alternating runs",
+        "",
+        "| figure | before | after | after/before |",
+        "|---|---|---|---|",
+    ]
+    for k in _EVAL_PATTERNS:
+        b = statistics.median(r[k] for r in runs["before"])
+        a = statistics.median(r[k] for r in runs["after"])
+        better = "higher is better" if k in _HIGHER_IS_BETTER else "lower is better"
+        lines.append(f"| {k} ({better}) | {b:.4g} | {a:.4g} | {a / b:.3f} |")
+    return lines
+
+
+def compare_codesign(before: Path) -> list[str]:
+    res = {}
+    for name, tree in (("before", before), ("after", ROOT)):
+        _run(tree, ["experiments/bench_codesign.py", "--quick"], 3600)
+        res[name] = json.loads((tree / "experiments" / "results" / "codesign_bench_quick.json").read_text())
+        print(f"  codesign {name}: done", file=sys.stderr, flush=True)
+    lines = [
+        "bench_codesign.py --quick (optimizer / exhaustive optimum; wall times in s)",
+        "",
+        "| problem | ratio before | ratio after | opt warm before | opt warm after | opt first before | opt first after | evals before | evals after |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    after_rows = {r["problem"]: r for r in res["after"]["suite"]}
+    for rb in res["before"]["suite"]:
+        ra = after_rows.get(rb["problem"], {})
+        lines.append(
+            f"| {rb['problem']} | {rb['ratio']:.4f} | {ra.get('ratio', float('nan')):.4f} | "
+            f"{rb['opt_warm_s']:.2f} | {ra.get('opt_warm_s', float('nan')):.2f} | "
+            f"{rb['opt_cold_s']:.2f} | {ra.get('opt_cold_s', float('nan')):.2f} | "
+            f"{rb['opt_evals']:,} | {ra.get('opt_evals', 0):,} |"
+        )
+    for name in ("before", "after"):
+        s = res[name]["summary"]
+        lines.append(
+            f"\n{name}: within 1 % {s['within_1pct']}/{s['n']}, worst {s['worst_ratio']:.4f}, "
+            f"not worse than random {s['not_worse_than_random']}/{s['n']}; total {res[name]['total_s']:.0f} s"
+        )
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--before", required=True, help="git revision to compare with (the working tree is 'after')")
+    ap.add_argument("--bench", nargs="+", default=["evaluate", "codesign"], choices=["evaluate", "codesign"])
+    ap.add_argument("--repeats", type=int, default=3, help="alternating runs of bench_evaluate (default 3)")
+    ap.add_argument("--out", type=Path, help="also write the tables to this markdown file")
+    args = ap.parse_args()
+    before = _worktree(args.before)
+    try:
+        lines = [f"# Before ({args.before}) and after (working tree), side by side", ""]
+        if "evaluate" in args.bench:
+            lines += compare_evaluate(before, args.repeats) + [""]
+        if "codesign" in args.bench:
+            lines += compare_codesign(before) + [""]
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, capture_output=True)
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
