@@ -206,6 +206,10 @@ def _numbers(field: str, values, integer: bool = True) -> tuple:
     return tuple(sorted(set(out)))
 
 
+MAX_AXIS_VALUES = 100_000
+"""Most values one axis of a problem grid may have (a range table is expanded on the host)."""
+
+
 def _grid(field: str, spec, integer: bool) -> tuple:
     """A hardware grid from a list or a range table ``{min, max, num[, scale]}`` / ``{min, max, step}``."""
     if isinstance(spec, list):
@@ -223,14 +227,21 @@ def _grid(field: str, spec, integer: bool) -> tuple:
     if not 0 < lo <= hi or not math.isfinite(hi):
         raise SpecError(field, spec, "0 < min <= max")
     if "step" in spec:
-        step = float(spec["step"])
+        try:
+            step = float(spec["step"])
+        except (TypeError, ValueError):
+            raise SpecError(f"{field}.step", spec["step"], "a positive number") from None
         if not step > 0:
             raise SpecError(f"{field}.step", spec["step"], "a positive number")
+        if (hi - lo) / step + 1 > MAX_AXIS_VALUES:
+            raise SpecError(f"{field}.step", spec["step"], f"a step giving at most {MAX_AXIS_VALUES:,} values")
         vals = list(np.arange(lo, hi + 0.5 * step, step))
     else:
         num = spec.get("num")
         if isinstance(num, bool) or not isinstance(num, int) or num < 1:
             raise SpecError(f"{field}.num", num, "a positive integer (or give step)")
+        if num > MAX_AXIS_VALUES:
+            raise SpecError(f"{field}.num", num, f"at most {MAX_AXIS_VALUES:,} values per axis")
         scale = spec.get("scale", "log")
         if scale not in ("log", "linear"):
             raise SpecError(f"{field}.scale", scale, "log or linear")
