@@ -22,23 +22,88 @@ Example:
     (True, True)
 """
 
-from codesign import config, rules, smoothing
+import importlib
+from typing import TYPE_CHECKING
+
 from codesign._version import __version__
-from codesign.config import RunConfig, efficiency_preset, load_run, load_run_dict, system_preset
-from codesign.report import format_report, report_to_dict
-from codesign.smoothing import EXACT, Smoothing
-from codesign.specs import (
-    Accelerator,
-    Efficiency,
-    Model,
-    SpecError,
-    Strategy,
-    System,
-    Tier,
-    Training,
-    make_strategy,
-)
-from codesign.step import BREAKDOWN_KEYS, MEMORY_KEYS, Report, evaluate, evaluate_unchecked
+
+# Names are loaded on first use (PEP 562), so ``codesign --help`` answers without importing
+# JAX; ``from codesign import evaluate`` and ``codesign.evaluate`` work as usual.
+_EXPORTS = {
+    "BREAKDOWN_KEYS": "codesign.step",
+    "MEMORY_KEYS": "codesign.step",
+    "Report": "codesign.step",
+    "evaluate": "codesign.step",
+    "evaluate_unchecked": "codesign.step",
+    "EXACT": "codesign.smoothing",
+    "Smoothing": "codesign.smoothing",
+    "Accelerator": "codesign.specs",
+    "Efficiency": "codesign.specs",
+    "Model": "codesign.specs",
+    "SpecError": "codesign.specs",
+    "Strategy": "codesign.specs",
+    "System": "codesign.specs",
+    "Tier": "codesign.specs",
+    "Training": "codesign.specs",
+    "make_strategy": "codesign.specs",
+    "RunConfig": "codesign.config",
+    "efficiency_preset": "codesign.config",
+    "load_run": "codesign.config",
+    "load_run_dict": "codesign.config",
+    "system_preset": "codesign.config",
+    "format_report": "codesign.report",
+    "report_to_dict": "codesign.report",
+}
+_SUBMODULES = {
+    "calibration",
+    "collectives",
+    "compute",
+    "config",
+    "cost",
+    "memory",
+    "pipeline",
+    "report",
+    "rules",
+    "search",
+    "smoothing",
+    "specs",
+    "step",
+    "workload",
+}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"codesign.{name}")
+    else:
+        raise AttributeError(f"module 'codesign' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS) | _SUBMODULES)
+
+
+if TYPE_CHECKING:
+    from codesign import config, rules, smoothing
+    from codesign.config import RunConfig, efficiency_preset, load_run, load_run_dict, system_preset
+    from codesign.report import format_report, report_to_dict
+    from codesign.smoothing import EXACT, Smoothing
+    from codesign.specs import (
+        Accelerator,
+        Efficiency,
+        Model,
+        SpecError,
+        Strategy,
+        System,
+        Tier,
+        Training,
+        make_strategy,
+    )
+    from codesign.step import BREAKDOWN_KEYS, MEMORY_KEYS, Report, evaluate, evaluate_unchecked
 
 __all__ = [
     "BREAKDOWN_KEYS",

@@ -52,6 +52,7 @@ __all__ = [
     "system_preset",
     "load_run",
     "load_run_dict",
+    "read_toml",
     "model_preset",
     "accelerator_preset",
     "tier_preset",
@@ -435,13 +436,21 @@ def _apply_calibrated(eff_base: dict, eff_sec: dict, training, strategy, system,
     return dataclasses.replace(system, tiers=tuple(tiers))
 
 
+def read_toml(path: str | os.PathLike, field: str) -> dict:
+    """The document of a TOML file; a missing path, a directory, a binary or malformed file
+    is a :class:`SpecError` naming ``field``."""
+    p = Path(path)
+    if not p.is_file():
+        what = "a directory" if p.is_dir() else "missing"
+        raise SpecError(field, str(p), f"an existing TOML file (this path is {what})")
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise SpecError(field, str(p), "a UTF-8 text TOML file (this one is binary)") from None
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(field, str(p), f"valid TOML ({e})") from None
+
+
 def load_run(path: str | os.PathLike) -> RunConfig:
     """Parse and check a run TOML file."""
-    p = Path(path)
-    if not p.exists():
-        raise SpecError("config", str(p), "an existing TOML file")
-    try:
-        doc = tomllib.loads(p.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise SpecError("config", str(p), f"valid TOML ({e})") from None
-    return load_run_dict(doc)
+    return load_run_dict(read_toml(path, "config"))

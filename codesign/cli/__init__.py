@@ -10,18 +10,20 @@ and what is allowed, and exits with status 2, without a traceback.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 __all__ = ["main", "build_parser"]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser():
     """The argument parser of every command."""
+    from codesign._version import __version__
     from codesign.cli import evaluate, search, validate
+    from codesign.cli._args import Parser
 
-    p = argparse.ArgumentParser(prog="codesign", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = Parser(prog="codesign", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"codesign {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     for module in (evaluate, search, validate):
         module.register(sub)
     return p
@@ -29,13 +31,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (2 for bad input)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)  # --help and --version exit here, before JAX is imported
     import jax
 
     jax.config.update("jax_enable_x64", True)
     from codesign.specs import SpecError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
         return args.func(args)
     except SpecError as e:

@@ -17,10 +17,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from codesign.report import format_report, report_to_dict
-from codesign.specs import RECOMPUTE_MODES
+from codesign.cli._args import positive_int
 
 if TYPE_CHECKING:
     from codesign.config import RunConfig
@@ -62,16 +59,21 @@ def _describe_problem(pb: Problem) -> list[str]:
 
 
 def _describe_design(cfg: RunConfig) -> list[str]:
+    from codesign.specs import RECOMPUTE_MODES
+
     sy, st = cfg.system, cfg.strategy
+    n = float(sy.num_accelerators)
+    # A tier's domain is capped by the cluster (a grid's base reaches its largest cluster).
     tiers = ", ".join(
-        f"{name} {float(t.bandwidth_gbps):g} GB/s (domain {float(t.domain):g})"
+        f"{name} {float(t.bandwidth_gbps):g} GB/s (domain {min(float(t.domain), n):g})"
         for name, t in zip(cfg.names["tiers"], sy.tiers, strict=True)
     )
-    rec = RECOMPUTE_MODES[int(np.argmax(st.recompute))]
+
+    rec = RECOMPUTE_MODES[int(st.recompute.argmax())]
     return [
         f"system    {int(sy.num_accelerators)} x {cfg.names['accelerator']}; tiers: {tiers}",
         f"strategy  tp={st.tp:g} pp={st.pp:g} dp={st.dp:g} cp={st.cp:g} ep={st.ep:g} microbatch={st.microbatch:g} "
-        f"interleave={st.interleave:g} recompute={rec} zero={int(np.argmax(st.zero))}",
+        f"interleave={st.interleave:g} recompute={rec} zero={int(st.zero.argmax())}",
     ]
 
 
@@ -85,18 +87,21 @@ def _fmt_obj(objective: str, v: float) -> str:
 
 
 def _design_dict(cfg: RunConfig) -> dict:
+    from codesign.specs import RECOMPUTE_MODES
+
     sy, st = cfg.system, cfg.strategy
+    n = float(sy.num_accelerators)
     return {
-        "num_accelerators": float(sy.num_accelerators),
+        "num_accelerators": int(n),
         "accelerator": cfg.names["accelerator"],
         "tiers": [
-            {"name": n, "bandwidth_gbps": float(t.bandwidth_gbps), "domain": float(t.domain)}
-            for n, t in zip(cfg.names["tiers"], sy.tiers, strict=True)
+            {"name": name, "bandwidth_gbps": float(t.bandwidth_gbps), "domain": int(min(float(t.domain), n))}
+            for name, t in zip(cfg.names["tiers"], sy.tiers, strict=True)
         ],
         "strategy": {
-            **{k: float(getattr(st, k)) for k in ("tp", "pp", "dp", "cp", "ep", "microbatch", "interleave")},
-            "recompute": RECOMPUTE_MODES[int(np.argmax(st.recompute))],
-            "zero": int(np.argmax(st.zero)),
+            **{k: int(getattr(st, k)) for k in ("tp", "pp", "dp", "cp", "ep", "microbatch", "interleave")},
+            "recompute": RECOMPUTE_MODES[int(st.recompute.argmax())],
+            "zero": int(st.zero.argmax()),
         },
     }
 
@@ -107,6 +112,8 @@ def _print_result(args, pb: Problem, kind: str, cfg, report, objective: float, e
 
         if jax.process_index() != 0:  # every process holds the same result; one prints it
             return
+    from codesign.report import format_report, report_to_dict
+
     rep = report_to_dict(report, cfg) if report is not None else None
     if args.json:
         out = {
@@ -247,10 +254,10 @@ def register(subparsers) -> None:
     o = subparsers.add_parser("optimize", help="co-design by gradient descent + exact discretization")
     _common_args(o)
     o.add_argument("--seed", type=int, default=0, help="PRNG seed of the multi-start (default 0)")
-    o.add_argument("--starts", type=int, default=None, help="random starts (default 24; 12 or more gives every recompute x ZeRO combination a start)")
-    o.add_argument("--steps", type=int, default=None, help="Adam steps per start (default 300)")
+    o.add_argument("--starts", type=positive_int, default=None, help="random starts (default 24; 12 or more gives every recompute x ZeRO combination a start)")
+    o.add_argument("--steps", type=positive_int, default=None, help="Adam steps per start (default 300)")
     o.set_defaults(func=_cmd_optimize)
     s = subparsers.add_parser("sweep", help="exhaustive exact sweep of the problem's grid (the ground truth)")
     _common_args(s)
-    s.add_argument("--top-k", type=int, default=5, help="how many best points to keep (default 5)")
+    s.add_argument("--top-k", type=positive_int, default=5, help="how many best points to keep (default 5)")
     s.set_defaults(func=_cmd_sweep)

@@ -43,6 +43,7 @@ import jax
 import numpy as np
 
 from codesign.search._problem import Problem
+from codesign.specs import SpecError
 from codesign.search._sweep import SweepResult, sweep
 
 __all__ = ["initialize_distributed", "allgather_best", "distributed_sweep"]
@@ -57,11 +58,40 @@ def initialize_distributed() -> None:
     kw = {}
     if env.get("CODESIGN_COORDINATOR"):
         kw["coordinator_address"] = env["CODESIGN_COORDINATOR"]
-        kw["num_processes"] = int(env.get("CODESIGN_NUM_PROCESSES", "1"))
-        kw["process_id"] = int(env.get("CODESIGN_PROCESS_ID", "0"))
+        n = _env_int("CODESIGN_NUM_PROCESSES", "1", "a positive integer (how many processes)")
+        if n < 1:
+            raise SpecError("CODESIGN_NUM_PROCESSES", n, "a positive integer (how many processes)")
+        rank = _env_int("CODESIGN_PROCESS_ID", "0", f"this process's rank, an integer in [0, {n - 1}]")
+        if not 0 <= rank < n:
+            raise SpecError("CODESIGN_PROCESS_ID", rank, f"this process's rank, an integer in [0, {n - 1}]")
+        kw["num_processes"], kw["process_id"] = n, rank
     if env.get("CODESIGN_LOCAL_DEVICE_IDS"):
-        kw["local_device_ids"] = [int(x) for x in env["CODESIGN_LOCAL_DEVICE_IDS"].split(",")]
-    jax.distributed.initialize(**kw)
+        try:
+            kw["local_device_ids"] = [int(x) for x in env["CODESIGN_LOCAL_DEVICE_IDS"].split(",")]
+        except ValueError:
+            raise SpecError(
+                "CODESIGN_LOCAL_DEVICE_IDS", env["CODESIGN_LOCAL_DEVICE_IDS"], "comma-separated integers"
+            ) from None
+    try:
+        jax.distributed.initialize(**kw)
+    except (ValueError, RuntimeError) as e:
+        if kw:
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SpecError(
+            "--distributed",
+            "no cluster found",
+            "CODESIGN_COORDINATOR (host:port), CODESIGN_NUM_PROCESSES and CODESIGN_PROCESS_ID set, "
+            f"or a cluster JAX detects (SLURM, Open MPI, TPU pod); JAX said: {first}",
+        ) from None
+
+
+def _env_int(name: str, default: str, allowed: str) -> int:
+    text = os.environ.get(name, default)
+    try:
+        return int(text)
+    except ValueError:
+        raise SpecError(name, text, allowed) from None
 
 
 def allgather_best(pt: tuple, val: float, n_evals: int, relaxed: float):

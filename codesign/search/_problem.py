@@ -56,12 +56,11 @@ import copy
 import dataclasses
 import math
 import os
-import tomllib
 from pathlib import Path
 
 import numpy as np
 
-from codesign.config import RunConfig, load_run_dict
+from codesign.config import RunConfig, load_run_dict, read_toml
 from codesign.rules import derive_dp
 from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES, SpecError
 
@@ -396,11 +395,4 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
 
 def load_problem(path: str | os.PathLike) -> Problem:
     """Parse a problem TOML file."""
-    p = Path(path)
-    if not p.exists():
-        raise SpecError("problem", str(p), "an existing TOML file")
-    try:
-        doc = tomllib.loads(p.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise SpecError("problem", str(p), f"valid TOML ({e})") from None
-    return load_problem_dict(doc, name=p.stem)
+    return load_problem_dict(read_toml(path, "problem"), name=Path(path).stem)
