@@ -1,4 +1,4 @@
-"""Calibration: fit named efficiency parameters to measured step times by gradient descent.
+"""The fit: named efficiency parameters fitted to measured step times by gradient descent (Optax).
 
 The step model is differentiable in every :class:`~codesign.specs.Efficiency` field and in
 each tier's ``efficiency``, so calibrating it against measured runs is an ordinary
@@ -35,7 +35,7 @@ Example (synthetic: recover ``gemm_max`` from times the model itself produced):
 
     >>> import jax; jax.config.update("jax_enable_x64", True)
     >>> import dataclasses, codesign as cd
-    >>> from codesign.calibrate import calibrate, predict_step_times
+    >>> from codesign.calibration import calibrate, predict_step_times
     >>> cfg = cd.load_run_dict({"model": {"preset": "llama3-8b"}, "training": {"global_batch": 64},
     ...     "system": {"accelerator": "h100-sxm5-80gb", "num_accelerators": 8},
     ...     "strategy": {"tp": 2, "pp": 1, "dp": 4}, "efficiency": {"preset": "uncalibrated"}})

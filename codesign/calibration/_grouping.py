@@ -1,0 +1,189 @@
+"""Parameter grouping: which rows share a fitted value, and which value a label without one borrows.
+
+A calibrated parameter is one number for all rows (``shared``) or one per label of a grouping
+(:data:`PARAM_GROUPING`): accelerator generation, GEMM precision, attention kernel, fabric kind,
+software stack.  A label that no training row carried (held out) takes the value of the nearest
+fitted label (:func:`fallback_chain`: :data:`LABEL_FALLBACK`, :data:`STACK_FALLBACK`).
+"""
+
+from __future__ import annotations
+
+from codesign.config import catalog
+
+__all__ = [
+    "CALIBRATION_START",
+    "DEFAULT_PARAMS",
+    "DEFAULT_STACK",
+    "GENERATION",
+    "LABEL_FALLBACK",
+    "NEAREST_GENERATION",
+    "PARAM_GROUPING",
+    "STACK_FALLBACK",
+    "config_labels",
+    "fallback_chain",
+    "generation",
+    "groups_for",
+    "resolved_groups",
+]
+
+GENERATION = {
+    "a100-sxm4-40gb": "a100",
+    "a100-sxm4-80gb": "a100",
+    "h100-sxm5-80gb": "h100",
+}
+"""Accelerator preset -> generation label for the accelerators that have measured rows."""
+
+NEAREST_GENERATION = {
+    "h800-sxm5-80gb": ("h100", "same Hopper GH100 die and clocks as H100 SXM5 (NVLink cut)"),
+    "h200-sxm-141gb": ("h100", "same Hopper SMs and clocks as H100 SXM5, faster HBM3e"),
+    "b200": ("h100", "Blackwell: no measured rows; nearest measured generation is Hopper"),
+    "gb200": ("h100", "Blackwell: no measured rows; nearest measured generation is Hopper"),
+    "mi300x": (
+        "h100",
+        "AMD CDNA3: no measured rows; nearest measured generation by peak rate is H100",
+    ),
+    "tpu-v5p": ("a100", "TPU: no measured rows; nearest measured generation by peak rate is A100"),
+}
+"""Accelerators without measured rows: the generation whose calibration they inherit, and why."""
+
+LABEL_FALLBACK = {
+    "h100-fp8": ("h100", "a100"),
+    "h100": ("a100",),
+    "a100": ("h100",),
+    "a100-unfused": ("h100-unfused", "a100"),
+    "h100-unfused": ("a100-unfused", "h100"),
+}
+"""Where a label has no fitted value (held out), the first fitted label of this chain is used."""
+
+STACK_FALLBACK = {
+    "megatron": ("megatron-2021", "nemo", "composer"),
+    "megatron-2021": ("megatron", "nemo", "composer"),
+    "nemo": ("megatron", "megatron-2021", "composer"),
+    "composer": ("megatron", "megatron-2021", "nemo"),
+    "any": ("megatron", "megatron-2021", "nemo", "composer"),
+}
+"""For a stack without fitted values, the stacks to borrow from, nearest first (the other
+Megatron-LM release; NeMo is built on Megatron-Core; Composer/FSDP is the furthest from all)."""
+
+
+DEFAULT_STACK = {"a100": "megatron", "h100": "nemo"}
+"""Stack whose calibrated values an accelerator preset's top-level keys hold (the most recent
+NVIDIA reference stack with measured rows on that generation); ``[efficiency] stack = ...``
+selects another (:data:`codesign.config.STACKS`)."""
+
+
+def fallback_chain(label) -> tuple:
+    """Labels to try, in order, when ``label`` has no fitted value (itself excluded).
+
+    Plain labels follow :data:`LABEL_FALLBACK`; ``"<label>/<stack>"`` labels first try the
+    same label with the sibling stacks (:data:`STACK_FALLBACK`), then the fallback labels with
+    the own stack and its siblings.
+    """
+    if not isinstance(label, str) or "/" not in label:
+        return tuple(LABEL_FALLBACK.get(label, ()))
+    base, stack = label.rsplit("/", 1)
+    stacks = (stack, *STACK_FALLBACK.get(stack, ()))
+    out = [f"{base}/{st}" for st in stacks[1:]]
+    for b in LABEL_FALLBACK.get(base, ()):
+        out += [f"{b}/{st}" for st in stacks]
+    return tuple(out)
+
+
+PARAM_GROUPING = {
+    "gemm_max": "generation+precision+stack",
+    "attention_eff": "generation+attention+stack",
+    "hbm_eff": "generation+stack",
+    "gemm_half_dim": "shared",
+    "dp_overlap_eff": "shared",
+    "tp_overlap_eff": "shared",
+    "tier_efficiency": "fabric kind",
+    "step_overhead_s": "shared",
+    "elementwise_traffic": "shared",
+    "cp_overlap_eff": "shared",
+    "p2p_overlap_eff": "shared",
+    "backward_factor": "shared",
+    "moe_imbalance": "shared",
+    "recompute_factor": "shared+stack",
+}
+"""How each parameter is shared: one value, one per generation, per generation and GEMM
+precision (FP8 GEMMs get their own ``gemm_max``), or one per fabric kind (scale-up, scale-out);
+``+stack`` makes one value per software stack as well
+(:data:`~codesign.calibration._rows.STACK_OF_SOURCE`): the same H100s reach a lower MFU under
+2023 Composer/FSDP than under 2024-25 NeMo (the report gives the published ranges)."""
+
+DEFAULT_PARAMS = (
+    "gemm_max",
+    "gemm_half_dim",
+    "attention_eff",
+    "hbm_eff",
+    "dp_overlap_eff",
+    "tp_overlap_eff",
+    "tier_efficiency",
+    "backward_factor",
+    "moe_imbalance",
+    "recompute_factor",
+)
+"""The calibrated parameter set (chosen by the ablation in ``experiments/results/validation.md``)."""
+
+CALIBRATION_START = {"step_overhead_s": 0.05}
+"""Start values that differ from ``codesign.Efficiency()`` (a start of exactly 0 for a
+log-parametrized positive would never move)."""
+
+
+def generation(accelerator: str) -> str:
+    """Generation label of an accelerator preset (``a100``, ``h100``; inherited for others)."""
+    if accelerator in GENERATION:
+        return GENERATION[accelerator]
+    if accelerator in NEAREST_GENERATION:
+        return NEAREST_GENERATION[accelerator][0]
+    return accelerator
+
+
+def config_labels(cfg) -> dict:
+    """Labels of one run for every grouping: generation, GEMM label, per-tier fabric kind/name."""
+    gen = generation(cfg.names["accelerator"])
+    fabrics = catalog()["fabrics"]
+    tiers = tuple(cfg.names["tiers"])
+    stack = cfg.names.get("stack") or "any"
+    labels = {
+        "generation": gen,
+        "generation+precision": gen + ("-fp8" if cfg.training.precision == "fp8" else ""),
+        "generation+attention": gen + ("" if float(cfg.strategy.flash_attention) else "-unfused"),
+        "shared": "all",
+        "fabric kind": tuple(fabrics.get(t, {}).get("kind", t) for t in tiers),
+        "fabric": tiers,
+    }
+    for k in ("generation", "generation+precision", "generation+attention", "shared"):
+        labels[k + "+stack"] = f"{labels[k]}/{stack}"
+    return labels
+
+
+def groups_for(points: list[dict], params, grouping: dict | None = None) -> dict:
+    """Per-row labels of every grouped parameter of ``params`` (shared ones are left out)."""
+    grouping = {**PARAM_GROUPING, **(grouping or {})}
+    out = {}
+    for p_name in params:
+        kind = grouping.get(p_name, "shared")
+        if kind == "shared":
+            continue
+        out[p_name] = [pt["labels"][kind] for pt in points]
+    return out
+
+
+def _resolve(label, fitted: dict):
+    for lab in (label, *fallback_chain(label)):
+        if lab in fitted:
+            return lab
+    return None
+
+
+def resolved_groups(groups: dict, values: dict) -> dict:
+    """Row labels mapped to fitted labels through :data:`LABEL_FALLBACK` (None: keep own)."""
+    out = {}
+    for name, labs in groups.items():
+        fitted = values[name]
+        if name == "tier_efficiency":
+            out[name] = [tuple(_resolve(x, fitted) for x in t) for t in labs]
+        else:
+            out[name] = [_resolve(x, fitted) for x in labs]
+    return out

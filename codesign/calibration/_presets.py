@@ -1,0 +1,233 @@
+"""Calibrated presets: the efficiency tables of ``hardware/efficiency.toml`` from the all-rows fit.
+
+:func:`preset_tables` gives, for every accelerator preset of the catalog, the calibrated
+efficiencies of its generation (top level: the generation's default stack; per other stack:
+what differs) with provenance; :func:`efficiency_toml` renders them as the TOML file the
+loader reads.  Accelerators without measured rows inherit the nearest generation
+(:data:`~codesign.calibration._grouping.NEAREST_GENERATION`) and say so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from codesign._version import __version__
+from codesign.calibration._fit import FRACTION_PARAMS, POSITIVE_PARAMS
+from codesign.calibration._grouping import (
+    DEFAULT_STACK,
+    GENERATION,
+    NEAREST_GENERATION,
+    STACK_FALLBACK,
+    fallback_chain,
+    generation,
+)
+from codesign.config import catalog
+from codesign.specs import Efficiency
+
+__all__ = ["DATE", "PRESET_FIELDS", "efficiency_toml", "preset_tables"]
+
+DATE = "2026-11-30"
+"""Date of the presets (the ``date`` of every calibrated table)."""
+
+
+def _preset_fields() -> tuple:
+    """Every calibratable :class:`~codesign.specs.Efficiency` field, in declaration order.
+
+    Derived from :mod:`codesign.calibration._fit`'s parameter sets, so a newly fitted parameter
+    can never be silently left out of the presets (the presets must reproduce the ``all`` fit).
+    """
+    fit = FRACTION_PARAMS | POSITIVE_PARAMS
+    return tuple(f.name for f in dataclasses.fields(Efficiency) if f.name in fit)
+
+
+PRESET_FIELDS = _preset_fields()
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return f"{float(format(v, '.4g'))!r}"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(type(v))
+
+
+def preset_tables(res: dict) -> dict:
+    """``{accelerator id: table}`` of calibrated efficiencies from the ``all`` split of ``res``."""
+    sp = next(s for s in res["splits"] if s["kind"] == "all")
+    vals = sp["values"]
+    pts = res["points"]
+    train = [p for p, t in zip(pts, sp["train"], strict=True) if t]
+    by_source = {}
+    for p in train:
+        by_source[p["source"]] = by_source.get(p["source"], 0) + 1
+    excluded = [p["id"] for p in pts if p["excluded"]]
+    fabrics = catalog()["fabrics"]
+    data_fabrics: dict[str, set] = {}
+    for p in res["_dataset"]["points"]:
+        g = p["labels"]["generation"]
+        for name in p["config"].names["tier_presets"]:
+            if name:
+                data_fabrics.setdefault(g, set()).add(name)
+    tables = {}
+    for acc, spec in catalog()["accelerators"].items():
+        gen = generation(acc)
+        inherited = acc not in GENERATION
+        t: dict = {"name": f"Calibrated efficiencies for {spec.get('name', acc)}"}
+        used = {}
+
+        def pick(name, label, used=used):
+            chain = (label, *fallback_chain(label))
+            for lab in chain:
+                if lab in vals.get(name, {}):
+                    used[f"{name}[{label}]"] = lab
+                    return vals[name][lab]
+            return None
+
+        def stack_values(stack, pick=pick, gen=gen, spec=spec):
+            out = {}
+            for f in PRESET_FIELDS:
+                if f not in vals:
+                    continue
+                kind = res["grouping"].get(f, "shared")
+                suffix = f"/{stack}" if kind.endswith("+stack") else ""
+                base = kind.removesuffix("+stack")
+                if base == "shared":
+                    v = pick(f, "all" + suffix) if suffix else vals[f].get("all")
+                elif base in ("generation", "generation+precision", "generation+attention"):
+                    v = pick(f, gen + suffix)
+                else:
+                    v = None
+                if v is not None:
+                    out[f] = v
+            if (
+                "gemm_max" in vals
+                and float(spec.get("peak_tflops_fp8", 0.0)) > 0
+                and res["grouping"].get("gemm_max", "").startswith("generation+precision")
+            ):
+                suffix = f"/{stack}" if res["grouping"]["gemm_max"].endswith("+stack") else ""
+                v = pick("gemm_max", f"{gen}-fp8{suffix}")
+                if v is not None:
+                    out["calibrated_gemm_max_fp8"] = v
+            if "attention_eff" in vals and res["grouping"].get("attention_eff", "").startswith(
+                "generation+attention"
+            ):
+                suffix = f"/{stack}" if res["grouping"]["attention_eff"].endswith("+stack") else ""
+                v = pick("attention_eff", f"{gen}-unfused{suffix}")
+                if v is not None:
+                    out["calibrated_attention_eff_unfused"] = v
+            return out
+
+        default_stack = DEFAULT_STACK.get(gen, "megatron")
+        t.update(stack_values(default_stack))
+        if any(k.endswith("+stack") for k in res["grouping"].values()):
+            t["default_stack"] = default_stack
+            stacks = {}
+            for st in STACK_FALLBACK:
+                if st == "any":
+                    continue
+                sv = stack_values(st)
+                diff = {k: v for k, v in sv.items() if t.get(k) != v}
+                if st != default_stack:
+                    stacks[st] = diff
+            t["stacks"] = stacks
+        if "tier_efficiency" in vals:
+            names = [
+                spec.get("scale_up"),
+                spec.get("scale_out"),
+                *sorted(data_fabrics.get(gen, ())),
+            ]
+            te = {}
+            for fname in names:
+                if not fname or fname in te or fname not in fabrics:
+                    continue
+                key = (
+                    fabrics[fname].get("kind")
+                    if res["grouping"].get("tier_efficiency") == "fabric kind"
+                    else fname
+                )
+                if key in vals["tier_efficiency"]:
+                    te[fname] = vals["tier_efficiency"][key]
+            if te:
+                t["calibrated_tier_efficiency"] = te
+        t["rows"] = len(train)
+        t["split"] = (
+            f"all {len(train)} fittable rows of experiments/data/measured_runs.json "
+            f"(held out for the reported errors: {res.get('random_splits', 1)} random splits from seed {res['seed']}, by source, by generation; "
+            "see experiments/results/validation.md)"
+        )
+        t["date"] = DATE
+        t["calibrated_codesign_version"] = __version__
+        t["calibrated_rows_by_source"] = by_source
+        t["calibrated_rows_excluded"] = excluded
+        t["calibrated_generation"] = gen
+        t["calibrated_labels_used"] = (
+            ", ".join(f"{k} <- {v}" for k, v in used.items() if k.split("[")[1][:-1] != v) or "own"
+        )
+        t["calibrated_msle"] = round(sp["msle"], 6)
+        src = (
+            "codesign.calibrate (Adam in lax.scan, mean squared log error of step time, sources weighted "
+            f"equally) on {len(train)} published runs: "
+            + ", ".join(f"{k} {v}" for k, v in by_source.items())
+            + f"; parameters {', '.join(res['params'])}"
+        )
+        t["source"] = src
+        if inherited:
+            why = NEAREST_GENERATION.get(acc, (gen, "no measured rows"))[1]
+            t["note"] = (
+                f"No measured rows for {acc}: inherits the {gen.upper()} calibration ({why})."
+            )
+        else:
+            t["note"] = (
+                f"Calibrated on measured {gen.upper()} rows (values per generation and software stack; "
+                f"top level = stack {DEFAULT_STACK.get(gen, 'megatron')!r}) and shared values."
+            )
+        tables[acc] = t
+    return tables
+
+
+def efficiency_toml(res: dict) -> str:
+    """The text of ``hardware/efficiency.toml``."""
+    head = [
+        "# Calibrated efficiency presets, one table per accelerator preset of accelerators.toml.",
+        "# codesign.config.load_run_dict uses the table named like the run's accelerator as the default",
+        '# [efficiency] (keys given in a run\'s [efficiency] table override it; preset = "uncalibrated"',
+        "# selects the codesign.Efficiency() class defaults).  Keys are Efficiency fields plus provenance",
+        "# (name, source, note, rows, split, date, calibrated_*).  calibrated_gemm_max_fp8 replaces",
+        "# gemm_max for FP8 runs, calibrated_attention_eff_unfused replaces attention_eff when flash",
+        "# attention is off, calibrated_tier_efficiency sets the efficiency of tiers built from those",
+        "# fabric presets.  The top-level values are those of the table's default_stack (the software",
+        "# stack they were measured with); [<preset>.stacks.<stack>] holds what differs for another stack",
+        '# (select with [efficiency] stack = "megatron" | "megatron-2021" | "nemo" | "composer"; an empty table means',
+        "# the stack has no rows of its own on this generation and borrows the nearest stack's values).",
+        "# Generated by experiments/calibrate.py --write-presets; do not edit by hand.",
+        "",
+        "[uncalibrated]",
+        'name = "codesign.Efficiency() class defaults (uncalibrated round values)"',
+        'note = "Select with [efficiency] preset = \\"uncalibrated\\"; used by the validation as the before-calibration baseline."',
+        "",
+    ]
+    out = head
+    for acc, t in preset_tables(res).items():
+        out.append(f"[{acc}]")
+        for k in ("name", "source", "note"):
+            out.append(f"{k} = {_toml_value(t[k])}")
+        for k, v in t.items():
+            if k in ("name", "source", "note", "stacks"):
+                continue
+            out.append(f"{k} = {_toml_value(v)}")
+        out.append("")
+        for st, sv in t.get("stacks", {}).items():
+            out.append(f"[{acc}.stacks.{st}]")
+            for k, v in sv.items():
+                out.append(f"{k} = {_toml_value(v)}")
+            out.append("")
+    return "\n".join(out)

@@ -1,0 +1,352 @@
+"""The validation result's tables: rows of strings, rendered as plain text or markdown.
+
+Each ``*_rows`` function formats typed statistics (:mod:`codesign.calibration._stats`) or the
+stored numbers of a validation result into table cells; :data:`SPLIT_HEAD` and the other
+``*_HEAD`` lists are the matching headers; :func:`text_table` and :func:`md_table` render them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from codesign.calibration._stats import (
+    FamilyStats,
+    KorthikantiTable,
+    Zero3Row,
+    fitted_values,
+    held_out_summary,
+    pool_entries,
+    target_for,
+)
+
+__all__ = [
+    "ABLATION_HEAD",
+    "FAMILY_HEAD",
+    "K_HEAD",
+    "RANGE_HEAD",
+    "SPLIT_HEAD",
+    "SUMMARY_HEAD",
+    "ZERO3_HEAD",
+    "ablation_rows",
+    "family_rows",
+    "fmt",
+    "korthikanti_rows",
+    "md_table",
+    "range_rows",
+    "split_rows",
+    "summary_rows",
+    "text_table",
+    "values_rows",
+    "zero3_table_rows",
+]
+
+
+def fmt(x, spec=".1f") -> str:
+    """``x`` formatted with ``spec``, ``-`` for None."""
+    return "-" if x is None else format(x, spec)
+
+
+def text_table(head, rows, last_width: int | None = None) -> str:
+    """Aligned plain-text table; ``last_width`` caps the padding of the last column."""
+    w = [max(len(str(c)) for c in col) for col in zip(head, *rows, strict=True)]
+    if last_width is not None:
+        w[-1] = min(w[-1], last_width)
+    lines = ["  ".join(str(c).ljust(x) for c, x in zip(head, w, strict=True))]
+    lines.append("  ".join("-" * x for x in w))
+    lines += ["  ".join(str(c).ljust(x) for c, x in zip(r, w, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def md_table(head, rows) -> str:
+    """Markdown table (a ``|`` inside a cell becomes ``/``)."""
+    esc = [[str(c).replace("|", "/") for c in r] for r in rows]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in esc]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------
+# Per split, held-out summary, fitted values
+# ------------------------------------------------------------------------------------------
+
+SPLIT_HEAD = [
+    "source",
+    "train rows",
+    "train MAPE % (before -> after)",
+    "train max APE %",
+    "held-out rows",
+    "held-out MAPE % (before -> after)",
+    "held-out max APE %",
+]
+
+
+def _ba(st: dict, key: str) -> str:
+    b, a = st["before"][key], st["after"][key]
+    return "-" if a is None else f"{fmt(b)} -> {fmt(a)}"
+
+
+def split_rows(split: dict) -> list[list[str]]:
+    """Per-source rows of one split's table (before -> after, training and held-out)."""
+    out = []
+    for g, st in split["per_group"].items():
+        tr, he = st["train"], st["held"]
+        out.append(
+            [
+                g,
+                str(tr["after"]["rows"]),
+                _ba(tr, "mape_pct"),
+                _ba(tr, "max_ape_pct"),
+                str(he["after"]["rows"]),
+                _ba(he, "mape_pct"),
+                _ba(he, "max_ape_pct"),
+            ]
+        )
+    return out
+
+
+SUMMARY_HEAD = [
+    "source",
+    "target (held-out)",
+    "random splits: rows, MAPE / max % before -> after (mean / max over seeds)",
+    "met",
+    "source held out: rows, MAPE / max % before -> after",
+    "met",
+    "other generation held out: MAPE / max % before -> after",
+]
+
+
+def _met(ok: bool | None) -> str:
+    return "-" if ok is None else ("yes" if ok else "no")
+
+
+def summary_rows(res: dict) -> list[list[str]]:
+    """One row per group: its target and held-out errors by split kind (random splits pooled)."""
+    rows = []
+    for r in held_out_summary(res):
+        t = target_for(r.group)
+        tgt = (
+            "-"
+            if t is None
+            else f"MAPE <= {t.mape_pct:g}"
+            + (f", max <= {t.max_ape_pct:g}" if t.max_ape_pct is not None else "")
+        )
+
+        def cell(entries, t=t):
+            if not entries:
+                return "-", "-"
+            e = pool_entries(entries)
+            b, a = e.before, e.after
+            n = f"{len(entries)} x " if len(entries) > 1 else ""
+            txt = (
+                f"{n}{e.rows}: {fmt(b.mape_pct)} / {fmt(b.max_ape_pct)} -> "
+                f"{fmt(a.mape_pct)} / {fmt(a.max_ape_pct)}"
+            )
+            if len(entries) > 1:
+                txt += " (per seed " + ", ".join(fmt(x.after.mape_pct) for x in entries) + ")"
+            return txt, _met(None if t is None else t.met(a))
+
+        rc, rm = cell(r.random)
+        sc, sm = cell(r.source)
+        hw = (
+            "; ".join(
+                f"{e.split}: {fmt(e.before.mape_pct)} / {fmt(e.before.max_ape_pct)} -> "
+                f"{fmt(e.after.mape_pct)} / {fmt(e.after.max_ape_pct)}"
+                for e in r.hardware
+            )
+            or "-"
+        )
+        rows.append([r.group, tgt, rc, rm, sc, sm, hw])
+    return rows
+
+
+def values_rows(res: dict) -> list[list[str]]:
+    """One row per parameter and label, one column per split: the fitted values."""
+    return [
+        [fv.name, str(fv.label), fmt(fv.start, ".3g"), *(fmt(v, ".3g") for v in fv.values)]
+        for fv in fitted_values(res)
+    ]
+
+
+# ------------------------------------------------------------------------------------------
+# Korthikanti Table 5, micro-batch ranges, families, ZeRO-3 rows, ablation
+# ------------------------------------------------------------------------------------------
+
+K_HEAD = [
+    "run",
+    "gpus",
+    "measured s",
+    "before: error %",
+    "Korthikanti held out: predicted s (error %)",
+    "random splits: mean error % where held out",
+    "all rows (presets): predicted s (error %)",
+]
+
+
+def korthikanti_rows(table: KorthikantiTable) -> list[list[str]]:
+    """The Table 5 rows: before, source held out, mean over the random splits that held the row
+    out (and in how many of them), all rows."""
+    rows = []
+    n = table.n_random
+    for r in table.rows:
+        held = r.random_pct
+        rows.append(
+            [
+                r.id.removeprefix("korthikanti_"),
+                str(r.gpus),
+                f"{r.measured_s:.2f}",
+                f"{r.before_pct:+.1f}",
+                "-" if r.source_s is None else f"{r.source_s:.2f} ({r.source_pct:+.1f})",
+                f"{sum(held) / len(held):+.1f} (held out in {len(held)} of {n})"
+                if held
+                else f"- (held out in 0 of {n})",
+                "-" if r.all_s is None else f"{r.all_s:.2f} ({r.all_pct:+.1f})",
+            ]
+        )
+    return rows
+
+
+def range_rows(res: dict) -> list[list[str]]:
+    """The micro-batch-range rows: predicted range before and after, measured inside or not."""
+    out = []
+    for r in res["ranges"]:
+        out.append(
+            [
+                r["id"],
+                str(r["gpus"]),
+                f"{r['measured_s']:.2f}",
+                ",".join(str(x) for x in r["microbatches"]),
+                f"{min(r['before_s']):.2f}-{max(r['before_s']):.2f}",
+                "inside"
+                if r["before_inside"]
+                else f"outside (best {r['before_best_ape_pct']:.1f} %)",
+                f"{min(r['after_s']):.2f}-{max(r['after_s']):.2f}",
+                "inside"
+                if r["after_inside"]
+                else f"outside (best {r['after_best_ape_pct']:.1f} %)",
+            ]
+        )
+    return out
+
+
+RANGE_HEAD = [
+    "run",
+    "gpus",
+    "measured s",
+    "micro-batches",
+    "before: predicted s",
+    "before",
+    "after (presets): predicted s",
+    "after",
+]
+
+
+FAMILY_HEAD = [
+    "family",
+    "rows",
+    "before: mean error %",
+    "after: mean error %",
+    "after: MAPE %",
+    "after: range %",
+]
+
+
+def family_rows(stats: list[FamilyStats]) -> list[list[str]]:
+    """Mean signed and absolute error per model family (:func:`~._stats.family_stats`)."""
+    return [
+        [
+            f.family,
+            str(f.rows),
+            f"{f.before_mean_pct:+.1f}",
+            f"{f.after_mean_pct:+.1f}",
+            f"{f.after_mape_pct:.1f}",
+            f"{f.after_min_pct:+.1f} .. {f.after_max_pct:+.1f}",
+        ]
+        for f in stats
+    ]
+
+
+ZERO3_HEAD = [
+    "run",
+    "gpus",
+    "measured s",
+    "model before s",
+    "model after (presets) s",
+    "measured - model s",
+    "model + flat-ring ZeRO-3 traffic, no overlap s (error)",
+]
+
+
+def zero3_table_rows(rows: list[Zero3Row]) -> list[list[str]]:
+    """The ZeRO-3 rows (:func:`~._stats.zero3_rows`) as table cells."""
+    return [
+        [
+            r.id,
+            str(r.gpus),
+            f"{r.measured_s:.1f}",
+            f"{r.before_s:.1f}",
+            f"{r.after_s:.1f}",
+            f"{r.measured_s - r.after_s:+.1f}",
+            "-" if r.flat_s is None else f"{r.flat_s:.1f} ({r.flat_error_pct:+.0f} %)",
+        ]
+        for r in rows
+    ]
+
+
+def ablation_rows(ablation: dict) -> list[list[str]]:
+    """One row per candidate parameter set: number of fitted values and errors per split kind."""
+
+    rows = []
+    for name, res in ablation.items():
+        allsp = next(s for s in res["splits"] if s["kind"] == "all")
+        n_vals = sum(len(t) for t in allsp["values"].values())
+
+        def held(kind, only_own=False, res=res):
+            out = []
+            for sp in res["splits"]:
+                if sp["kind"] != kind:
+                    continue
+                for g, st in sp["per_group"].items():
+                    if "not fitted" in g or st["held"]["after"]["rows"] == 0:
+                        continue
+                    if only_own and g != sp.get("held_source"):
+                        continue
+                    out.append((g, st["held"]["after"]["mape_pct"]))
+            return out
+
+        rnd_all: dict = {}
+        for g, v in held("random"):
+            rnd_all.setdefault(g, []).append(v)
+        rnd = [(g, float(np.mean(v))) for g, v in rnd_all.items()]  # mean over the seeds
+        src = held("source", only_own=True)
+        hw = held("hardware")
+        tr = [
+            (g, st["train"]["after"]["mape_pct"])
+            for g, st in allsp["per_group"].items()
+            if st["train"]["after"]["rows"]
+        ]
+        k = dict(src).get("Korthikanti")
+        rows.append(
+            [
+                name,
+                str(n_vals),
+                " ".join(f"{g[:4]} {v:.1f}" for g, v in tr),
+                f"{np.mean([v for _, v in rnd]):.2f}" if rnd else "-",
+                " ".join(f"{g[:4]} {v:.1f}" for g, v in rnd),
+                " ".join(f"{g[:4]} {v:.1f}" for g, v in src),
+                fmt(k, ".2f"),
+                f"{np.mean([v for _, v in hw]):.1f}" if hw else "-",
+            ]
+        )
+    return rows
+
+
+ABLATION_HEAD = [
+    "parameter set",
+    "fitted values",
+    "all rows: training MAPE % per source",
+    "random splits: mean held-out MAPE % (over sources and seeds)",
+    "random splits: held-out MAPE % per source (mean over seeds)",
+    "source held out: MAPE % of that source",
+    "Korthikanti held out MAPE %",
+    "generation held out: mean MAPE %",
+]

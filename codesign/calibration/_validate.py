@@ -1,0 +1,266 @@
+"""Validation runs: calibrate on every split and collect the errors before and after each fit.
+
+:func:`run_validation` evaluates every mapped row with the uncalibrated efficiencies, fits
+the calibrated parameters (:func:`codesign.calibration._fit.calibrate`) on each split of
+:func:`~codesign.calibration._dataset.make_splits`, predicts every row with each fit and
+returns a JSON-ready result (per split: fitted values, masks, predictions, per-group error
+statistics; the micro-batch-range rows with the all-rows fit).  :func:`run_ablation` repeats
+it for the candidate parameter sets of :data:`ABLATION_SETS`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from codesign.calibration._dataset import build_dataset, make_splits, source_weights
+from codesign.calibration._fit import calibrate, predict_step_times
+from codesign.calibration._grouping import (
+    CALIBRATION_START,
+    DEFAULT_PARAMS,
+    PARAM_GROUPING,
+    config_labels,
+    groups_for,
+    resolved_groups,
+)
+from codesign.calibration._rows import load_rows
+from codesign.calibration._stats import ErrorStats
+from codesign.specs import Efficiency
+
+__all__ = ["ABLATION_SETS", "ablation_summary", "run_ablation", "run_validation"]
+
+
+def _stats(err_pct, mask) -> dict:
+    return ErrorStats.of(np.asarray(err_pct)[mask]).as_dict()
+
+
+def _per_group_stats(points, before, after, split) -> dict:
+    """``{group: {train|held: {before|after: error statistics}}}`` of one split."""
+    meas = np.array([p["measured_s"] for p in points])
+    eb = 100.0 * (before - meas) / meas
+    ea = 100.0 * (after - meas) / meas
+    groups = []
+    for p in points:
+        if p["group"] not in groups:
+            groups.append(p["group"])
+    grp = np.array([p["group"] for p in points])
+    out = {}
+    for g in groups:
+        gm = grp == g
+        out[g] = {
+            part: {
+                "before": _stats(eb, gm & split[part]),
+                "after": _stats(ea, gm & split[part]),
+            }
+            for part in ("train", "held")
+        }
+    return out
+
+
+def run_validation(
+    rows: list[dict] | None = None,
+    params=DEFAULT_PARAMS,
+    *,
+    steps: int = 1500,
+    learning_rate: float = 0.05,
+    seed: int = 0,
+    random_splits: int = 10,
+    weighting: str = "source",
+    recipe_facts: bool = True,
+    splits: list[str] | None = None,
+    dataset: dict | None = None,
+    grouping: dict | None = None,
+    prior: float = 1e-4,
+    progress=None,
+) -> dict:
+    """Evaluate every row before calibration, calibrate on each split, evaluate after.
+
+    Returns a JSON-ready dict (plus the dataset under ``"_dataset"``): per point row the
+    measured and predicted step times, per split the fitted values, the training/held-out
+    masks, the predictions after calibration and per-source statistics, and the
+    micro-batch-range rows with the final calibration.
+    """
+    say = progress or (lambda *_: None)
+    if dataset is None:
+        dataset = build_dataset(rows if rows is not None else load_rows(), recipe_facts)
+    points = dataset["points"]
+    params = tuple(params)
+    cfgs = [p["config"] for p in points]
+    meas = np.array([p["measured_s"] for p in points])
+    groups = groups_for(points, params, grouping)
+    grouping = {**PARAM_GROUPING, **(grouping or {})}
+    before = predict_step_times(cfgs, {})
+    init = {**{k: v for k, v in CALIBRATION_START.items()}}
+    base = Efficiency()
+    for p_name in params:
+        init.setdefault(p_name, getattr(base, p_name) if p_name != "tier_efficiency" else 0.9)
+    all_splits = make_splits(points, seed=seed, random_splits=random_splits)
+    if splits is not None:
+        all_splits = [s for s in all_splits if s["kind"] in splits or s["name"] in splits]
+    results = []
+    for sp in all_splits:
+        say(f"calibrating: {sp['name']} ({int(sp['train'].sum())} training rows)")
+        w = source_weights(points, sp["train"], weighting)
+        fit = calibrate(
+            cfgs,
+            meas,
+            init,
+            params,
+            groups,
+            steps=steps,
+            learning_rate=learning_rate,
+            weights=w,
+            prior=prior,
+        )
+        rg = resolved_groups(groups, fit.values)
+        after = predict_step_times(cfgs, fit.values, rg)
+        results.append(
+            {
+                "name": sp["name"],
+                "kind": sp["kind"],
+                "held_source": sp.get("held_source"),
+                "seed": sp.get("seed"),
+                "train": sp["train"].tolist(),
+                "held": sp["held"].tolist(),
+                "values": fit.values,
+                "start": fit.start,
+                "msle": fit.msle,
+                "loss": fit.loss,
+                "loss_first": float(fit.loss_history[0]) if fit.loss_history.size else None,
+                "after_s": after.tolist(),
+                "per_group": _per_group_stats(points, before, after, sp),
+            }
+        )
+    final = next((r for r in results if r["kind"] == "all"), results[-1] if results else None)
+    range_rows = []
+    if final is not None:
+        for rr in dataset["ranges"]:
+            mbs = sorted(rr["configs"])
+            rc = [rr["configs"][mb] for mb in mbs]
+            labs = [config_labels(c) for c in rc]
+            g = {}
+            for p_name in params:
+                kind = grouping.get(p_name, "shared")
+                if kind != "shared":
+                    g[p_name] = [lab[kind] for lab in labs]
+            b = predict_step_times(rc, {})
+            a = predict_step_times(rc, final["values"], resolved_groups(g, final["values"]))
+            m = rr["measured_s"]
+            range_rows.append(
+                {
+                    "id": rr["id"],
+                    "source": rr["source"],
+                    "gpus": rr["gpus"],
+                    "measured_s": m,
+                    "microbatches": mbs,
+                    "before_s": b.tolist(),
+                    "after_s": a.tolist(),
+                    "before_inside": bool(b.min() <= m <= b.max()),
+                    "after_inside": bool(a.min() <= m <= a.max()),
+                    "before_best_ape_pct": float(np.min(np.abs(b - m)) / m * 100),
+                    "after_best_ape_pct": float(np.min(np.abs(a - m)) / m * 100),
+                }
+            )
+    return {
+        "params": list(params),
+        "grouping": {p_name: grouping.get(p_name, "shared") for p_name in params},
+        "prior": prior,
+        "weighting": weighting,
+        "steps": steps,
+        "learning_rate": learning_rate,
+        "seed": seed,
+        "random_splits": random_splits,
+        "recipe_facts": recipe_facts,
+        "points": [
+            {
+                "id": p["id"],
+                "source": p["source"],
+                "group": p["group"],
+                "gpus": p["gpus"],
+                "generation": p["labels"]["generation"],
+                "precision": p["config"].training.precision,
+                "measured_s": p["measured_s"],
+                "before_s": float(before[i]),
+                "excluded": p["excluded"],
+            }
+            for i, p in enumerate(points)
+        ],
+        "splits": results,
+        "ranges": range_rows,
+        "skipped": dataset["skipped"],
+        "_dataset": dataset,
+    }
+
+
+_WITHOUT_RECOMPUTE = tuple(p for p in DEFAULT_PARAMS if p != "recompute_factor")
+
+ABLATION_SETS = {
+    "gemm_max": (("gemm_max",), {}),
+    "+ attention_eff": (("gemm_max", "attention_eff"), {}),
+    "+ attention_eff (per generation only)": (
+        ("gemm_max", "attention_eff"),
+        {"attention_eff": "generation"},
+    ),
+    "+ hbm_eff, gemm_half_dim": (("gemm_max", "attention_eff", "hbm_eff", "gemm_half_dim"), {}),
+    "+ dp/tp overlap, tier efficiency, per generation": (
+        _WITHOUT_RECOMPUTE,
+        {
+            "gemm_max": "generation+precision",
+            "attention_eff": "generation+attention",
+            "hbm_eff": "generation",
+        },
+    ),
+    "+ per software stack": (_WITHOUT_RECOMPUTE, {}),
+    "+ recompute_factor per stack (chosen)": (DEFAULT_PARAMS, {}),
+    "chosen, tier efficiency per fabric": (DEFAULT_PARAMS, {"tier_efficiency": "fabric"}),
+    "chosen, backward_factor per stack": (DEFAULT_PARAMS, {"backward_factor": "shared+stack"}),
+    "chosen + elementwise_traffic, optimizer_bytes_per_param per stack": (
+        DEFAULT_PARAMS + ("elementwise_traffic", "optimizer_bytes_per_param"),
+        {"elementwise_traffic": "shared+stack", "optimizer_bytes_per_param": "shared+stack"},
+    ),
+}
+"""Candidate parameter sets compared by ``--ablation``: (parameters, grouping overrides)."""
+
+
+def run_ablation(
+    dataset: dict,
+    *,
+    steps: int = 1500,
+    seed: int = 0,
+    random_splits: int = 10,
+    prior: float = 1e-4,
+    progress=None,
+) -> dict:
+    """``{candidate name: validation result}`` for every set of :data:`ABLATION_SETS`, each
+    fitted on every split exactly as :func:`run_validation` (results without ``_dataset``)."""
+    say = progress or (lambda *_: None)
+    out = {}
+    for name, (params, grouping) in ABLATION_SETS.items():
+        say(f"ablation: {name}")
+        r = run_validation(
+            dataset=dataset,
+            params=params,
+            grouping=grouping,
+            steps=steps,
+            seed=seed,
+            random_splits=random_splits,
+            prior=prior,
+        )
+        r.pop("_dataset")
+        out[name] = r
+    return out
+
+
+def ablation_summary(ablation: dict) -> dict:
+    """What :func:`~codesign.calibration._tables.ablation_rows` needs of each candidate's results (no per-row arrays)."""
+    keep = ("name", "kind", "held_source", "values", "start", "msle", "loss", "per_group")
+    return {
+        name: {
+            **{
+                k: v
+                for k, v in res.items()
+                if k not in ("points", "splits", "ranges", "skipped", "_dataset")
+            },
+            "splits": [{k: sp[k] for k in keep if k in sp} for sp in res["splits"]],
+        }
+        for name, res in ablation.items()
+    }

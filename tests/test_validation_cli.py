@@ -1,0 +1,79 @@
+"""``codesign validate``: the command line owns printing and files; the library only computes.
+
+* the command is registered with its defaults (the package's data, ``./validation-report``);
+* no module of :mod:`codesign.calibration` prints, writes files or imports the ``codesign``
+  package itself; each is under 600 lines and its docstring's first line names its concept;
+* end to end on a few rows (slow): the report, plot and JSON are written where ``--out`` says.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+import codesign.calibration as calibration
+from codesign.cli import build_parser, main
+from codesign.cli import validate as cli_validate
+
+PACKAGE = Path(calibration.__file__).resolve().parent
+
+
+def test_validate_is_registered_with_package_defaults():
+    args = build_parser().parse_args(["validate"])
+    assert args.func is cli_validate.run
+    assert args.data is None and args.out == cli_validate.DEFAULT_OUT == "validation-report"
+    assert calibration.DATA_PATH.is_file()
+    args = build_parser().parse_args(["validate", "--out", "x", "--steps", "7", "--json"])
+    assert (args.out, args.steps, args.json) == ("x", 7, True)
+
+
+def _modules():
+    return sorted(PACKAGE.glob("*.py"))
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: p.name)
+def test_calibration_module_is_quiet_small_and_one_way(path):
+    src = path.read_text()
+    tree = ast.parse(src)
+    doc = ast.get_docstring(tree)
+    assert doc and doc.splitlines()[0].strip(), "first docstring line states the concept"
+    assert len(src.splitlines()) <= 600
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", "")
+            assert name not in ("print", "open", "write_text", "savefig", "mkdir"), (
+                path.name,
+                node.lineno,
+                name,
+            )
+        if isinstance(node, ast.Import):
+            assert all(a.name != "codesign" for a in node.names), (path.name, node.lineno)
+        if isinstance(node, ast.ImportFrom) and node.module == "codesign":
+            pytest.fail(f"{path.name}:{node.lineno} imports from the codesign package itself")
+
+
+@pytest.mark.slow
+def test_validate_end_to_end_on_a_few_rows(tmp_path, capsys):
+    rows = calibration.load_rows()
+    keep = [r for r in rows if r["id"].startswith(("korthikanti", "sc21_t2"))]
+    keep += [r for r in rows if r["id"].startswith("dgxc_llama31_8b")][:4]
+    keep += [r for r in rows if r["id"].startswith(("llmfoundry_H100__7b", "llmfoundry_A100__7b"))][
+        :8
+    ]
+    data = tmp_path / "rows.json"
+    data.write_text(json.dumps(keep))
+    out = tmp_path / "report"
+    argv = ["validate", "--data", str(data), "--out", str(out), "--steps", "5"]
+    assert main([*argv, "--random-splits", "1"]) == 0
+    printed = capsys.readouterr()
+    assert "Held-out summary" in printed.out and "calibrating: all rows" in printed.err
+    res = json.loads((out / "validation.json").read_text())
+    assert len(res["points"]) == len(keep) - 1  # korthikanti_530B_2240gpu has no global batch
+    assert [s["kind"] for s in res["splits"]][-1] == "all"
+    md = (out / "validation.md").read_text()
+    assert f"from `{data}`" in md and "## What remains short of the targets" in md
+    assert (out / "parity.png").stat().st_size > 0

@@ -1,0 +1,228 @@
+"""The validation report's findings are computed from typed results, not parsed from text.
+
+The committed validation result (``experiments/results/validation.json``) with its data set
+rebuilt from the package's measured runs is the input: each finding's typed fact is checked
+against the same figure computed directly from the result (or from the raw rows), and each
+sentence is checked to state the fact's numbers.  Changing the result changes the sentences.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codesign.calibration import build_dataset, compute_findings, data_notes, findings, load_rows
+from codesign.calibration._findings import Findings
+from codesign.calibration._report import render_markdown
+from codesign.calibration._source_findings import MEMORY_LIMIT_RUNS
+from codesign.calibration._stats import (
+    LOOSE_RATIO,
+    TARGETS,
+    ErrorStats,
+    family_stats,
+    korthikanti_table,
+    random_held_stats,
+    zero3_rows,
+)
+
+RESULTS = Path(__file__).resolve().parent.parent / "experiments" / "results"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return load_rows()
+
+
+@pytest.fixture(scope="module")
+def res(rows):
+    r = json.loads((RESULTS / "validation.json").read_text())
+    r["_dataset"] = build_dataset(rows)
+    return r
+
+
+@pytest.fixture(scope="module")
+def facts(res) -> Findings:
+    return compute_findings(res)
+
+
+def _split(res, kind, held_source=None):
+    return next(
+        s
+        for s in res["splits"]
+        if s["kind"] == kind and (held_source is None or s.get("held_source") == held_source)
+    )
+
+
+def _errors(res, sp, keep):
+    return [
+        100 * (sp["after_s"][i] - p["measured_s"]) / p["measured_s"]
+        for i, p in enumerate(res["points"])
+        if keep(p)
+    ]
+
+
+def test_dataset_points_line_up_with_the_stored_result(res):
+    assert [p["id"] for p in res["_dataset"]["points"]] == [p["id"] for p in res["points"]]
+
+
+def test_korthikanti_finding_equals_the_held_out_errors(res, facts):
+    k = facts.korthikanti
+    held = _errors(
+        res, _split(res, "source", "Korthikanti"), lambda p: p["source"] == "Korthikanti"
+    )
+    assert k.held_errors_pct == pytest.approx(held, rel=1e-12)
+    assert k.held_out.mape_pct == pytest.approx(np.mean(np.abs(held)), rel=1e-12)
+    assert k.held_out.max_ape_pct == pytest.approx(np.max(np.abs(held)), rel=1e-12)
+    assert k.held_out == korthikanti_table(res).stats["source"]
+    sc21 = [p for p in res["points"] if p["source"] == "SC21" and p["excluded"] is None]
+    assert k.borrowed_rows == len(sc21)
+    for src in ("SC21", "Korthikanti"):
+        e = _errors(
+            res, _split(res, "all"), lambda p, s=src: p["source"] == s and p["excluded"] is None
+        )
+        assert k.signed_pct[src] == pytest.approx(np.mean(e), rel=1e-12)
+    # The largest bubble: the deepest pipeline without interleaving (the 1T rows, 63/512).
+    size, n_rows, pp, v, m = k.bubble
+    assert (size, n_rows, pp, v, m) == ("1T", 2, 64, 1, 512)
+    text = k.sentence()
+    assert text == findings(res)[0]
+    assert f"MAPE {k.held_out.mape_pct:.2f} %, max {k.held_out.max_ape_pct:.2f} %" in text
+    assert f"mean {np.mean(held):+.1f} %" in text
+    assert f"SC21's {len(sc21)} rows" in text
+    assert f"{pp - 1}/{m} of the ideal time" in text
+    t = TARGETS["Korthikanti"]
+    assert f"(target {t.mape_pct:g} % / {t.max_ape_pct:g} %;" in text
+
+
+def test_dgxc_finding_names_the_worst_families(res, facts):
+    d = facts.dgxc
+    fam = [f for f in family_stats(res) if f.family.startswith("dgxc")]
+    worst = sorted(fam, key=lambda f: -f.after_mape_pct)[:4]
+    assert d.worst == tuple(worst)
+    assert d.random_mape_pct == random_held_stats(res)["DGXC"].after.mape_pct
+    text = d.sentence()
+    for f in worst:
+        assert f"{f.family} {f.after_mean_pct:+.1f} % mean" in text
+    # Grok-1 by precision, from the family table.
+    by = {f.family: f for f in fam}
+    experts, top_k, every, fp8, bf16 = d.grok
+    assert (experts, top_k, every) == (8, 2, True)
+    assert fp8 == by["dgxc_grok1_314b_h100_FP8"].after_mean_pct
+    assert bf16 == by["dgxc_grok1_314b_h100_BF16"].after_mean_pct
+    assert f"(mean {fp8:+.1f} %)" in text and f"(mean {bf16:+.1f} %)" in text
+
+
+def test_mfu_ranges_come_from_the_published_mfu(rows, facts):
+    def upper_half(paper_word, precisions):
+        v = [
+            r["measured"]["mfu"]
+            for r in rows
+            if paper_word in r["source"]["paper"]
+            and r["hardware"]["gpu"].startswith("H100")
+            and r["parallel"].get("precision") in precisions
+        ]
+        return np.median(v), np.max(v)
+
+    d = facts.dgxc
+    assert d.mfu_nemo == pytest.approx(upper_half("DGX Cloud", ("bf16",)))
+    assert d.mfu_composer == pytest.approx(upper_half("llm-foundry", ("amp_bf16", "bf16")))
+    lo, hi = d.mfu_nemo
+    assert f"reach {lo:.2f}-{hi:.2f} MFU" in d.sentence()
+
+
+def test_mosaicml_finding_from_rows_and_result(rows, res, facts):
+    m = facts.mosaicml
+    a40 = [
+        r
+        for r in rows
+        if "llm-foundry" in r["source"]["paper"] and r["hardware"]["gpu"] == "A100-SXM4-40GB"
+    ]
+    accum = max(
+        r["parallel"]["global_batch"] // (r["parallel"]["dp"] * r["parallel"]["microbatch"])
+        for r in a40
+    )
+    assert m.grad_accum_40gb == accum
+    model, seq, gpus = MEMORY_LIMIT_RUNS
+    ids = {
+        r["id"]
+        for r in rows
+        if r["model"]["name"] == model
+        and r["model"]["seq_len"] == seq
+        and r["hardware"]["num_gpus"] == gpus
+    }
+    assert len(ids) == 2
+    e = _errors(res, _split(res, "all"), lambda p: p["id"] in ids)
+    assert sorted(m.memory_limit_errors_pct) == pytest.approx(sorted(e), rel=1e-12)
+    fam = [f for f in family_stats(res) if f.family.startswith("llmfoundry")]
+    assert m.max_spread_pct == max(f.after_max_pct - f.after_min_pct for f in fam)
+    text = m.sentence()
+    assert f"spread over up to {m.max_spread_pct:.0f} points" in text
+    assert f"grad-accumulation up to {accum}" in text
+    assert f"{min(-x for x in e):.0f}-{max(-x for x in e):.0f} % slower than the model" in text
+    c = m.counterfactual
+    assert c is not None and c.rows > 0
+    assert f"on its {c.rows} full-recompute rows" in text
+    assert f"would err by {c.one_pass.mean_signed_pct:+.1f} %" in text
+
+
+def test_zero3_finding_equals_the_zero3_table(res, facts):
+    z = facts.zero3
+    table = zero3_rows(res)
+    assert z.rows == len(table) == 6
+    e = [100 * (r.after_s - r.measured_s) / r.measured_s for r in table]
+    assert z.after == ErrorStats.of(e)
+    flat = [r.flat_error_pct for r in table]
+    assert z.flat_errors_pct == pytest.approx(flat, rel=1e-12)
+    assert z.scale_up_domain == 8 and z.link_gbps == 25.0
+    size, ta, tb, ga, gb = z.doubling
+    assert gb == 2 * ga and abs(tb - ta) / ta < 1e-3
+    text = z.sentence()
+    assert f"stay {z.after.mape_pct:.1f} % off" in text
+    assert f"(errors {min(flat):+.0f} % to {max(flat):+.0f} %)" in text
+    assert f"{size}: {ta:.1f} s at {ga} and at {gb} GPUs" in text
+
+
+def test_weakly_identified_values(res, facts):
+    w = facts.weak_values
+    for name, lab, lo, hi in w.values:
+        vs = [sp["values"][name][lab] for sp in res["splits"] if lab in sp["values"].get(name, {})]
+        assert (lo, hi) == (min(vs), max(vs)) and hi / lo > LOOSE_RATIO
+    assert f"more than {LOOSE_RATIO:g}x" in w.sentence()
+
+
+def test_findings_follow_the_result(res):
+    """Scaling the Korthikanti-held-out predictions by 1.1 moves the headline figures."""
+    other = copy.copy(res)
+    other["splits"] = copy.deepcopy(res["splits"])
+    sp = _split(other, "source", "Korthikanti")
+    sp["after_s"] = [1.1 * t for t in sp["after_s"]]
+    before = compute_findings(res).korthikanti
+    after = compute_findings(other).korthikanti
+    assert after.held_errors_pct == pytest.approx(
+        [1.1 * e + 10 for e in before.held_errors_pct], rel=1e-9
+    )
+    assert f"MAPE {after.held_out.mape_pct:.2f} %" in findings(other)[0]
+    assert f"MAPE {before.held_out.mape_pct:.2f} %" not in findings(other)[0]
+
+
+def test_data_notes_are_computed_from_the_rows(rows):
+    notes = data_notes(rows)
+    missing = [r["id"] for r in rows if not r["parallel"].get("global_batch")]
+    assert len(notes) == 2 + len(missing)
+    assert all(any(m in n for n in notes) for m in missing)
+    partial = copy.deepcopy([r for r in rows if r["id"].startswith("korthikanti")])
+    partial[0]["parallel"].pop("global_batch")
+    assert any(partial[0]["id"] in n for n in data_notes(partial))
+
+
+def test_report_states_the_typed_findings(res, rows, facts):
+    md = render_markdown(res, findings=facts.sentences(), data_notes=data_notes(rows))
+    for sentence in facts.sentences():
+        assert f"- {sentence}" in md
+    k = korthikanti_table(res).stats["source"]
+    assert f"held out by source: MAPE {k.mape_pct:.2f} %, max {k.max_ape_pct:.2f} %**" in md
+    assert "`codesign/data/measured_runs.json`" in md
