@@ -339,7 +339,7 @@ def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
     if stack is not None and stack not in STACKS:
         raise SpecError("efficiency.stack", stack, f"one of {', '.join(STACKS)}")
     # Without an explicit preset, the calibrated table named like the accelerator preset
-    # (hardware/efficiency.toml) is the default; keys of [efficiency] still override it, and
+    # (codesign/hardware/efficiency.toml) is the default; keys of [efficiency] still override it, and
     # preset = "uncalibrated" selects the codesign.Efficiency() class defaults.
     accel_name = sys_names["accelerator"]
     default_eff = eff_name is None and accel_name in catalog()["efficiency"]

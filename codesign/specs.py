@@ -242,7 +242,7 @@ class Efficiency:
     gemm_max: float = 0.80
     """Fraction of dense peak that large GEMMs reach.  Estimate: large BF16 cuBLAS GEMMs reach
     roughly 70-85 % of dense peak on A100/H100 (NVIDIA, "Matrix Multiplication Background"
-    user guide); calibrated per accelerator and stack in ``hardware/efficiency.toml``."""
+    user guide); calibrated per accelerator and stack in ``codesign/hardware/efficiency.toml``."""
     gemm_half_dim: float = 96.0
     """Arithmetic intensity (FLOP/byte) at which a GEMM reaches half of ``gemm_max``.
     Estimate (the curve's knee, near the A100/H100 machine balance); calibrated."""

@@ -286,7 +286,7 @@ def evaluate(
     """Evaluate one training step: time with its breakdown, memory, throughput and cost.
 
     ``efficiency`` is required: there is one default, the calibrated preset of the
-    accelerator (``hardware/efficiency.toml``), which :func:`codesign.load_run` puts in
+    accelerator (``codesign/hardware/efficiency.toml``), which :func:`codesign.load_run` puts in
     ``cfg.efficiency`` and :func:`codesign.efficiency_preset` returns by name;
     ``codesign.Efficiency()`` holds the uncalibrated round values (the calibration's start).
 

@@ -409,7 +409,7 @@ def write_markdown(result: dict, path: Path) -> None:
             f"## Scaling: {SCALING_PROBLEM}, hardware grid refined",
             "",
             "Levels refine the accelerator counts (7 values, then every 256 from 512 to 4096) and the bandwidths of the "
-            "three tiers (NVLink, scale-out, cross-building; log-spaced). Exhaustive: `codesign.sweep` with the bandwidth "
+            "three tiers (NVLink, scale-out, cross-building; log-spaced). Exhaustive: `codesign.search.sweep` with the bandwidth "
             "axes innermost, block size max(4096, min(16384, scale-out x cross-building values)), sharded over the CPU "
             "devices. Grids above 2e8 points are swept once (the first call, whose compile takes ~5-10 s of it). "
             "The optimizer's first call at the first level includes compiling its programs for this problem structure "

@@ -1,4 +1,4 @@
-"""Calibration (codesign.calibration) and the calibrated presets (hardware/efficiency.toml).
+"""Calibration (codesign.calibration) and the calibrated presets (codesign/hardware/efficiency.toml).
 
 * a synthetic test recovers known efficiency parameters from step times the model itself
   produced, starting elsewhere;
@@ -271,7 +271,7 @@ def test_stack_selects_the_stack_table_and_bad_stack_is_rejected():
 def test_presets_reproduce_the_all_rows_calibration():
     """Evaluating measured rows with the written presets (accelerator default + the row's
     stack) gives the predictions of the all-rows fit recorded in validation.json: no fitted
-    parameter is left out of hardware/efficiency.toml (values are rounded to 4 digits)."""
+    parameter is left out of codesign/hardware/efficiency.toml (values are rounded to 4 digits)."""
     res = json.loads((RESULTS / "validation.json").read_text())
     final = next(s for s in res["splits"] if s["kind"] == "all")
     after = dict(zip([p["id"] for p in res["points"]], final["after_s"], strict=True))

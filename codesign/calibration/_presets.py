@@ -1,4 +1,4 @@
-"""Calibrated presets: the efficiency tables of ``hardware/efficiency.toml`` from the all-rows fit.
+"""Calibrated presets: the efficiency tables of ``codesign/hardware/efficiency.toml`` from the all-rows fit.
 
 :func:`preset_tables` gives, for every accelerator preset of the catalog, the calibrated
 efficiencies of its generation (top level: the generation's default stack; per other stack:
@@ -160,7 +160,7 @@ def preset_tables(res: dict) -> dict:
                 t["calibrated_tier_efficiency"] = te
         t["rows"] = len(train)
         t["split"] = (
-            f"all {len(train)} fittable rows of experiments/data/measured_runs.json "
+            f"all {len(train)} fittable rows of codesign/data/measured_runs.json "
             f"(held out for the reported errors: {res.get('random_splits', 1)} random splits from seed {res['seed']}, by source, by generation; "
             "see experiments/results/validation.md)"
         )
@@ -174,7 +174,7 @@ def preset_tables(res: dict) -> dict:
         )
         t["calibrated_msle"] = round(sp["msle"], 6)
         src = (
-            "codesign.calibrate (Adam in lax.scan, mean squared log error of step time, sources weighted "
+            "codesign.calibration.calibrate (Adam in lax.scan, mean squared log error of step time, sources weighted "
             f"equally) on {len(train)} published runs: "
             + ", ".join(f"{k} {v}" for k, v in by_source.items())
             + f"; parameters {', '.join(res['params'])}"
@@ -195,7 +195,7 @@ def preset_tables(res: dict) -> dict:
 
 
 def efficiency_toml(res: dict) -> str:
-    """The text of ``hardware/efficiency.toml``."""
+    """The text of ``codesign/hardware/efficiency.toml``."""
     head = [
         "# Calibrated efficiency presets, one table per accelerator preset of accelerators.toml.",
         "# codesign.config.load_run_dict uses the table named like the run's accelerator as the default",

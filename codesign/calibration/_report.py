@@ -213,7 +213,7 @@ def render_markdown(
     parts += [
         "## Fitted values per split",
         "",
-        "The last column is what `hardware/efficiency.toml` stores.",
+        "The last column is what `codesign/hardware/efficiency.toml` stores.",
         "",
         md_table(
             ["parameter", "label", "start"] + [sp["name"] for sp in res["splits"]],

@@ -71,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--write-presets",
         nargs="?",
         const="default",
-        help="write the calibrated presets (default path: hardware/efficiency.toml in the catalog)",
+        help="write the calibrated presets (default path: the catalog's efficiency.toml, codesign/hardware/ in the package)",
     )
 
 

@@ -2,7 +2,7 @@
 
 **Relaxed search.**  ``K`` random starts (``jax.vmap`` over PRNG keys) each run ``steps``
 iterations of ``clip_by_global_norm -> adam(cosine schedule)`` on the penalized loss of
-:mod:`codesign.relax`, inside ``jax.lax.scan``; the temperature ``tau`` is annealed by an
+:mod:`codesign.search.relax`, inside ``jax.lax.scan``; the temperature ``tau`` is annealed by an
 ``optax.exponential_decay`` schedule and the penalty weight ``rho`` grows geometrically,
 both evaluated on the step counter and passed as data.  All starts run in one ``jit``;
 the steps are split into a few segments (the same compiled program, called again) only

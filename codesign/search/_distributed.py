@@ -116,7 +116,7 @@ def distributed_sweep(
     """The exhaustive sweep of ``problem``; with ``distributed`` and several processes, each
     process sweeps its share of the outermost axis on its local devices and the results are
     merged (every process returns the same global result).  ``block_size``: see
-    :func:`codesign.sweep.sweep`."""
+    :func:`codesign.search.sweep`."""
     axes = problem.exhaustive_axes()
     kw = dict(
         objective=problem.objective,

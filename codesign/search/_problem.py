@@ -44,7 +44,7 @@ to the powers of two that divide the model and batch (see :func:`default_values`
 ``ep`` and ``interleave`` from ``[strategy]`` (1), every recompute mode and ZeRO stage.  Axes
 with one value are fixed in the base configuration.  The grid of
 :meth:`Problem.exhaustive_axes` is what ``sweep`` enumerates (the ground truth); the
-optimizer (:mod:`codesign.optimize`) works on the continuous box around it.
+optimizer (:mod:`codesign.search`) works on the continuous box around it.
 
 The ``codesign optimize`` and ``codesign sweep`` commands (:mod:`codesign.cli`) load problem
 files with :func:`load_problem`; a problem is pure data (no search code here).
