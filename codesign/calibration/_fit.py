@@ -168,16 +168,13 @@ def _check_names(param_names: Sequence[str]) -> tuple[str, ...]:
 
 
 def _as_specs(row) -> tuple:
-    """``(model, training, system, strategy, efficiency)`` from a RunConfig or a tuple."""
+    """``(model, training, system, strategy, efficiency)`` from a RunConfig or a tuple (the
+    efficiency is explicit, as in :func:`codesign.evaluate`: no hidden default)."""
     if hasattr(row, "specs"):
         row = row.specs()
     row = tuple(row)
-    if len(row) == 4:
-        row = row + (Efficiency(),)
     if len(row) != 5:
-        raise ValueError(
-            "a row is (model, training, system, strategy[, efficiency]) or a RunConfig"
-        )
+        raise ValueError("a row is (model, training, system, strategy, efficiency) or a RunConfig")
     return row
 
 
