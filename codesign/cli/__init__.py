@@ -10,6 +10,7 @@ and what is allowed, and exits with status 2, without a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 
 __all__ = ["main", "build_parser"]
@@ -33,6 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (2 for bad input)."""
     parser = build_parser()
     args = parser.parse_args(argv)  # --help and --version exit here, before JAX is imported
+    # XLA's C++ log prints a spurious "E1201 cpu_aot_loader ... could lead to SIGILL" line per
+    # program loaded from the on-disk compilation cache (tuning flags such as
+    # +prefer-no-gather are compared as CPU features); real failures still raise Python
+    # exceptions.  TF_CPP_MIN_LOG_LEVEL set by the user wins (0 shows everything).
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import jax
 
     jax.config.update("jax_enable_x64", True)
