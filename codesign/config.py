@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import os
 import tomllib
+import warnings
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from codesign.specs import (
     check_system,
     check_training,
     make_strategy,
+    plausibility_warnings,
 )
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "accelerator_preset",
     "tier_preset",
     "STACKS",
+    "PlausibilityWarning",
 ]
 
 _META_KEYS = {"name", "source", "note", "notes", "kind"}
@@ -111,9 +114,19 @@ def _preset(kind: str, name: Any, field: str) -> dict:
     return dict(table[name])
 
 
+_FLAGS = {"gated_mlp", "tied_embeddings", "dropout"}
+"""Numeric fields that are on/off switches: TOML booleans are accepted for them."""
+
+
+class PlausibilityWarning(UserWarning):
+    """A legal value outside its plausible range (see :data:`codesign.specs.PLAUSIBLE`)."""
+
+
 def _number(field: str, value: Any) -> float:
     if isinstance(value, bool):
-        return float(value)
+        if field.rsplit(".", 1)[-1] in _FLAGS:
+            return float(value)
+        raise SpecError(field, value, "a number (not true/false)")
     if isinstance(value, int | float):
         return float(value)
     raise SpecError(field, value, "a number")
@@ -292,6 +305,8 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
         extra={"accelerator": accel, "tiers": tuple(tiers)},
     )
     check_system(system)
+    for msg in plausibility_warnings(system):
+        warnings.warn(msg, PlausibilityWarning, stacklevel=4)
     return system, {
         "accelerator": accel_name or "custom",
         "tiers": tier_names,

@@ -13,7 +13,9 @@ The rules are Megatron-LM's (Shoeybi et al. 2019; Narayanan et al. 2021; Korthik
 divides or is a multiple of the key/value heads (GQA); ``pp * interleave`` divides the
 layers and interleaving needs ``pp > 1``; ``cp`` divides the sequence; expert parallelism is
 carved out of the ``dp * cp`` ranks (``ep`` divides ``dp * cp`` and the expert count); the
-global batch is a multiple of ``dp * microbatch``; FP8 needs an FP8 peak.
+global batch is a multiple of ``dp * microbatch``; the cluster is made of whole scale-up
+domains (tier 0's domain divides the accelerator count; outer tiers such as buildings may be
+partly filled); FP8 needs an FP8 peak.
 
 Data parallelism is never chosen freely: ``dp = N / (tp pp cp)`` (:func:`derive_dp`).  ZeRO
 stages shard model states over the data-parallel group (Rajbhandari et al. 2020, "ZeRO",
@@ -195,6 +197,13 @@ RULES: tuple[Rule, ...] = (
         lambda xp, m, tr, sy, st: _divides(xp, st.dp * st.microbatch, tr.global_batch),
         lambda m, tr, sy, st: tr.global_batch,
         lambda m, tr, sy, st: f"a multiple of dp*microbatch = {_g(st.dp * st.microbatch)}",
+    ),
+    Rule(
+        "system.tiers[0].domain",
+        lambda xp, m, tr, sy, st: (sy.tiers[0].domain >= sy.num_accelerators)
+        | (xp.mod(sy.num_accelerators, sy.tiers[0].domain) == 0),
+        lambda m, tr, sy, st: sy.tiers[0].domain,
+        lambda m, tr, sy, st: f"a divisor of num_accelerators = {_g(sy.num_accelerators)} (whole scale-up domains)",
     ),
     Rule(
         "training.precision",

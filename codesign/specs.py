@@ -41,6 +41,8 @@ __all__ = [
     "check_model",
     "check_system",
     "positive",
+    "plausibility_warnings",
+    "PLAUSIBLE",
     "check_efficiency",
     "check_training",
 ]
@@ -385,6 +387,10 @@ def check_model(m: Model) -> None:
     if float(m.heads) % float(m.kv_heads):
         raise SpecError("model.kv_heads", m.kv_heads, f"a divisor of model.heads = {m.heads:g}")
     positive("model.head_dim", m.head_dim, integer=True, allow_zero=True)
+    if float(m.head_dim) == 0 and float(m.hidden) % float(m.heads):
+        raise SpecError(
+            "model.hidden", m.hidden, f"a multiple of model.heads = {m.heads:g} (or set model.head_dim)"
+        )
     for f in ("gated_mlp", "tied_embeddings", "dropout"):
         if float(getattr(m, f)) not in (0.0, 1.0):
             raise SpecError(f"model.{f}", getattr(m, f), "true or false")
@@ -430,8 +436,9 @@ def check_system(s: System) -> None:
             f"outermost domain {prev:g}",
             f"the outermost tier must reach all num_accelerators = {n:g} (add a tier)",
         )
-    for f in ("pue", "amortization_years"):
-        positive(f"system.{f}", getattr(s, f))
+    if not positive("system.pue", s.pue) >= 1:
+        raise SpecError("system.pue", s.pue, "a ratio >= 1 (facility power over IT power)")
+    positive("system.amortization_years", s.amortization_years)
     for f in ("usd_per_kwh", "host_capex_usd_per_accelerator", "host_power_w_per_accelerator"):
         positive(f"system.{f}", getattr(s, f), allow_zero=True)
 
@@ -456,6 +463,41 @@ def check_efficiency(eff: Efficiency) -> None:
         raise SpecError("efficiency.moe_imbalance", eff.moe_imbalance, "a factor >= 1")
     for f in ("gemm_half_dim", "step_overhead_s", "memory_overhead_gb"):
         positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
+
+
+PLAUSIBLE = {
+    "system.peak_tflops": (1.0, 1e5, "TFLOP/s per accelerator"),
+    "system.hbm_gb": (1.0, 1e4, "GB per accelerator"),
+    "system.hbm_tbps": (0.05, 1e3, "TB/s per accelerator"),
+    "system.tiers[].bandwidth_gbps": (0.1, 1e5, "GB/s per accelerator per direction"),
+    "system.tiers[].latency_us": (0.0, 1e6, "microseconds (1e6 us = 1 s)"),
+    "system.tiers[].oversubscription": (1.0, 1e3, "ratio"),
+    "system.price_usd": (0.0, 1e7, "USD per accelerator"),
+    "system.tiers[].price_per_gbps_usd": (0.0, 1e5, "USD per GB/s per accelerator"),
+}
+"""Plausible ranges ``(lo, hi, unit)``: a value outside is legal but almost surely a unit
+mistake, so it is reported as a warning (:func:`plausibility_warnings`), not an error.
+Errors are reserved for values that are impossible or inconsistent (a negative bandwidth,
+a PUE below 1, a head count that does not divide the width)."""
+
+
+def plausibility_warnings(system: System) -> list[str]:
+    """One message per value of ``system`` outside :data:`PLAUSIBLE` (empty when all are)."""
+    out = []
+
+    def check(key: str, field: str, value) -> None:
+        lo, hi, unit = PLAUSIBLE[key]
+        v = float(value)
+        if not lo <= v <= hi:
+            out.append(f"{field} = {v:g} is outside the plausible range [{lo:g}, {hi:g}] {unit}")
+
+    a = system.accelerator
+    for f in ("peak_tflops", "hbm_gb", "hbm_tbps", "price_usd"):
+        check(f"system.{f}", f"system.{f}", getattr(a, f))
+    for i, t in enumerate(system.tiers):
+        for f in ("bandwidth_gbps", "latency_us", "oversubscription", "price_per_gbps_usd"):
+            check(f"system.tiers[].{f}", f"system.tiers[{i}].{f}", getattr(t, f))
+    return out
 
 
 def check_training(training: Training) -> None:

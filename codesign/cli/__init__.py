@@ -39,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     # +prefer-no-gather are compared as CPU features); real failures still raise Python
     # exceptions.  TF_CPP_MIN_LOG_LEVEL set by the user wins (0 shows everything).
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import warnings
+
+    def one_line(message, category, filename, lineno, file=None, line=None):
+        print(f"codesign: warning: {message}", file=sys.stderr)
+
+    warnings.showwarning = one_line
     import jax
 
     jax.config.update("jax_enable_x64", True)
