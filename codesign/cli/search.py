@@ -14,7 +14,6 @@ import math
 import os
 import time
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from codesign.cli._args import positive_int
@@ -106,7 +105,31 @@ def _design_dict(cfg: RunConfig) -> dict:
     }
 
 
-def _print_result(args, pb: Problem, kind: str, cfg, report, objective: float, extra: dict, lines: list[str]) -> None:
+def _why_infeasible(pb: Problem, counts: dict | None, points: int) -> str:
+    """Which rule excluded every point of the grid (from the sweep's counts)."""
+    if counts is None:
+        return (
+            "no feasible design found by the optimizer; `codesign sweep` counts which rule excludes "
+            "the grid (validity, memory, capex, power)"
+        )
+    if counts["valid"] == 0:
+        return (
+            f"no feasible design: none of the {points:,} grid points is a valid layout (each breaks a "
+            "divisibility rule of codesign.rules: tp*pp*dp*cp = N, heads, layers, batch, experts)"
+        )
+    parts = [f"{counts['fits']:,} fit in memory"]
+    if math.isfinite(pb.capex_max_usd):
+        parts.append(f"{counts['within_capex']:,} are within the capex budget")
+    if math.isfinite(pb.power_max_kw):
+        parts.append(f"{counts['within_power']:,} within the power cap")
+    return (
+        f"no feasible design: of the {counts['valid']:,} valid layouts (of {points:,} grid points), "
+        + ", ".join(parts)
+        + ", and none satisfies all of these at once"
+    )
+
+
+def _print_result(args, pb: Problem, kind: str, cfg, report, objective: float, extra: dict, lines: list[str], why: str = "") -> None:
     if getattr(args, "distributed", False):
         import jax
 
@@ -133,7 +156,7 @@ def _print_result(args, pb: Problem, kind: str, cfg, report, objective: float, e
     print("\n".join(_describe_problem(pb)))
     print()
     if cfg is None:
-        print("no feasible design in the search space")
+        print(why or "no feasible design in the search space")
     else:
         print("\n".join(_describe_design(cfg)))
         print()
@@ -194,7 +217,8 @@ def _cmd_optimize(args) -> int:
         f"wall time          {wall:.2f} s  (relaxed search {res.relaxed_wall_s:.2f} s, exact discretization {res.exact_wall_s:.2f} s; "
         "includes compilation unless cached)",
     ]
-    _print_result(args, pb, "optimize", res.config, res.report, res.exact_objective, extra, lines)
+    why = "" if res.config is not None else _why_infeasible(pb, None, pb.grid_size())
+    _print_result(args, pb, "optimize", res.config, res.report, res.exact_objective, extra, lines, why)
     return 0 if res.config is not None else 1
 
 
@@ -221,6 +245,7 @@ def _cmd_sweep(args) -> int:
         "num_exact_evals": res.num_points,
         "num_valid": res.num_valid,
         "num_feasible": res.num_feasible,
+        "counts": res.counts,
         "wall_s": wall,
         "sweep_wall_s": res.wall_s,
         "top": top,
@@ -232,7 +257,8 @@ def _cmd_sweep(args) -> int:
     ]
     if len(res.best_values) > 1:
         lines.append("runners-up         " + ", ".join(_fmt_obj(pb.objective, float(v)) for v in res.best_values[1:]))
-    _print_result(args, pb, "sweep", cfg, report, best, extra, lines)
+    why = "" if cfg is not None else _why_infeasible(pb, res.counts, res.num_points)
+    _print_result(args, pb, "sweep", cfg, report, best, extra, lines, why)
     return 0 if cfg is not None else 1
 
 

@@ -42,6 +42,7 @@ import os
 import jax
 import numpy as np
 
+from codesign.search._evaluator import CHECKS
 from codesign.search._problem import Problem
 from codesign.specs import SpecError
 from codesign.search._sweep import SweepResult, sweep
@@ -157,12 +158,12 @@ def distributed_sweep(
                 prof[a][mine] = res.profiles[p]
             else:
                 prof[a] = res.profiles[p]
-        counts = np.asarray([res.num_valid, res.num_feasible], dtype=np.int64)
+        counts = np.asarray([res.counts[c] for c in CHECKS], dtype=np.int64)
         wall = res.wall_s
     else:
         bv, bi = np.full(top_k, np.inf), np.full(top_k, -1, np.int64)
         prof = [np.full(n, np.inf) for n in shape]
-        counts, wall = np.zeros(2, np.int64), 0.0
+        counts, wall = np.zeros(len(CHECKS), np.int64), 0.0
     g = multihost_utils.process_allgather({"bv": bv, "bi": bi, "prof": prof, "counts": counts, "wall": np.asarray(wall)})
     allv, alli = np.asarray(g["bv"]).ravel(), np.asarray(g["bi"]).ravel()
     order = np.argsort(allv, kind="stable")[:top_k]
@@ -173,6 +174,7 @@ def distributed_sweep(
         num_points=int(np.prod(shape)),
         num_valid=int(np.asarray(g["counts"])[:, 0].sum()),
         num_feasible=int(np.asarray(g["counts"])[:, 1].sum()),
+        counts={c: int(np.asarray(g["counts"])[:, j].sum()) for j, c in enumerate(CHECKS)},
         best_values=allv[keep],
         best_indices=alli[keep],
         profiles={p: np.asarray(g["prof"][a]).min(axis=0) for a, p in enumerate(paths)},

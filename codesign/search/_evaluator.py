@@ -25,16 +25,21 @@ from codesign.search._problem import DEGREE_AXES, Problem
 from codesign.smoothing import EXACT
 from codesign.step import evaluate_unchecked
 
-__all__ = ["exact_point", "ExactEvaluator", "base_specs"]
+__all__ = ["CHECKS", "exact_point", "ExactEvaluator", "base_specs"]
+
+
+CHECKS = ("valid", "feasible", "fits", "within_capex", "within_power")
+"""What :func:`exact_point` reports of each point, in this order (the last three among valid
+points): what the sweep counts, so an empty result can say which rule excluded the grid."""
 
 
 def exact_point(specs: dict, bounds, objective: str):
-    """``(value, valid, feasible, excess)`` of one configuration (traced).
+    """``(value, checks, excess)`` of one configuration (traced).
 
     ``value`` is the objective where the point is valid and feasible, else ``inf``;
-    ``excess`` is 0 when feasible, the log-ratio distance to feasibility (at least 1e-12)
-    when valid but infeasible, and ``inf`` when invalid.  ``bounds = (capex_max_usd,
-    power_max_kw)``.
+    ``checks`` the booleans of :data:`CHECKS`; ``excess`` is 0 when feasible, the log-ratio
+    distance to feasibility (at least 1e-12) when valid but infeasible, and ``inf`` when
+    invalid.  ``bounds = (capex_max_usd, power_max_kw)``.
     """
     r = evaluate_unchecked(
         specs["model"], specs["training"], specs["system"], specs["strategy"], specs["efficiency"], EXACT
@@ -44,7 +49,16 @@ def exact_point(specs: dict, bounds, objective: str):
     value = jnp.where(feas, OBJECTIVES[objective](r), jnp.inf)
     ex = infeasibility(r, specs["system"], bounds[0], bounds[1])
     excess = jnp.where(valid, jnp.where(feas, 0.0, jnp.maximum(ex, 1e-12)), jnp.inf)
-    return value, valid, feas, excess
+    checks = jnp.stack(
+        [
+            valid,
+            feas,
+            valid & r.fits,
+            valid & (r.cost["capex_usd"] <= bounds[0]),
+            valid & (r.cost["power_kw"] <= bounds[1]),
+        ]
+    )
+    return value, checks, excess
 
 
 def base_specs(cfg) -> dict:
@@ -69,8 +83,8 @@ def _compiled_points(objective: str):
             specs = base
             for path, v in vals.items():
                 specs = set_leaf(specs, path, v)
-            value, valid, _, excess = exact_point(with_derived_dp(specs), bounds, objective)
-            return value, valid, excess
+            value, checks, excess = exact_point(with_derived_dp(specs), bounds, objective)
+            return value, checks[0], excess
 
         return jax.vmap(point)(cols)
 

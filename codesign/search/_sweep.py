@@ -41,7 +41,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 from codesign.rules import with_derived_dp
-from codesign.search._evaluator import base_specs, exact_point
+from codesign.search._evaluator import CHECKS, base_specs, exact_point
 from codesign.search._grid import OBJECTIVES, axis_table, config_at, set_leaf
 from codesign.specs import SpecError
 
@@ -61,6 +61,9 @@ class SweepResult:
     best_indices: np.ndarray
     profiles: dict
     wall_s: float
+    counts: dict = dataclasses.field(default_factory=dict)
+    """Points per check of :data:`~codesign.search._evaluator.CHECKS` (``valid``, ``feasible``,
+    and among valid points ``fits``, ``within_capex``, ``within_power``)."""
 
     def point(self, i: int) -> dict:
         """The axis values of the ``i``-th best point."""
@@ -99,8 +102,8 @@ def _compiled_call(treedef, paths, shape, split, derive_dp, objective, k, n_step
     inner = int(np.prod(inner_shape))
 
     def point(specs, bounds):
-        value, valid, feasible, _ = exact_point(specs, bounds, objective)
-        return value, valid, feasible
+        value, checks, _ = exact_point(specs, bounds, objective)
+        return value, checks
 
     def with_dp(specs):
         return with_derived_dp(specs) if derive_dp else specs
@@ -111,13 +114,12 @@ def _compiled_call(treedef, paths, shape, split, derive_dp, objective, k, n_step
         init = (
             jnp.full((k,), jnp.inf, dtype),
             jnp.full((k,), -1, itype),
-            jnp.zeros((), itype),
-            jnp.zeros((), itype),
+            jnp.zeros((len(CHECKS),), itype),
             tuple(jnp.full((n,), jnp.inf, dtype) for n in shape),
         )
 
         def body(carry, c):
-            best_v, best_i, n_valid, n_feas, prof = carry
+            best_v, best_i, counts, prof = carry
             o = start + c
             in_range = o < n_outer
             o_multi = jnp.unravel_index(jnp.minimum(o, n_outer - 1), outer_shape) if split else ()
@@ -131,10 +133,9 @@ def _compiled_call(treedef, paths, shape, split, derive_dp, objective, k, n_step
                     sp = set_leaf(sp, path, v)
                 return point(with_dp(sp), bounds)
 
-            val, valid, feas = jax.vmap(inner_point)(inner_vals)
+            val, checks = jax.vmap(inner_point)(inner_vals)
             val = jnp.where(in_range, val, jnp.inf)
-            valid &= in_range
-            feas &= in_range
+            checks &= in_range
             idx = o * inner + jnp.arange(inner, dtype=itype)
             allv = jnp.concatenate([best_v, val])
             alli = jnp.concatenate([best_i, idx])
@@ -147,9 +148,8 @@ def _compiled_call(treedef, paths, shape, split, derive_dp, objective, k, n_step
                 else:
                     seg = jax.ops.segment_min(val, inner_idx[a - split], num_segments=p.shape[0])
                     new_prof.append(jnp.minimum(p, seg))
-            n_valid = n_valid + valid.sum(dtype=itype)
-            n_feas = n_feas + feas.sum(dtype=itype)
-            return (-neg, alli[pos], n_valid, n_feas, tuple(new_prof)), None
+            counts = counts + checks.sum(axis=0, dtype=itype)
+            return (-neg, alli[pos], counts, tuple(new_prof)), None
 
         out, _ = jax.lax.scan(body, init, jnp.arange(n_steps, dtype=start.dtype))
         return out
@@ -231,7 +231,7 @@ def sweep(
     n_calls = -(-n_outer // per_call)
     best_v = np.full((0,), np.inf)
     best_i = np.zeros((0,), np.int64)
-    n_valid = n_feas = 0
+    counts = np.zeros(len(CHECKS), np.int64)
     prof = [np.full((n,), np.inf) for n in shape]
     t0 = time.perf_counter()
     it = range(n_calls)
@@ -244,10 +244,10 @@ def sweep(
         starts = jnp.asarray(c * per_call + np.arange(n_dev) * n_steps, dtype=itype)
         out = call(base, tables_dev, inner_vals, inner_idx_dev, bounds, starts)
         if pending is not None:  # overlap the host merge with the next device call
-            best_v, best_i, n_valid, n_feas, prof = _merge(pending, best_v, best_i, n_valid, n_feas, prof, k)
+            best_v, best_i, counts, prof = _merge(pending, best_v, best_i, counts, prof, k)
         pending = out
     if pending is not None:
-        best_v, best_i, n_valid, n_feas, prof = _merge(pending, best_v, best_i, n_valid, n_feas, prof, k)
+        best_v, best_i, counts, prof = _merge(pending, best_v, best_i, counts, prof, k)
     wall = time.perf_counter() - t0
     keep = np.isfinite(best_v)
     best_v, best_i = best_v[keep], best_i[keep]
@@ -255,19 +255,20 @@ def sweep(
         axes={p: list(axes[p]) for p in paths},
         objective=objective,
         num_points=n_total,
-        num_valid=n_valid,
-        num_feasible=n_feas,
+        num_valid=int(counts[0]),
+        num_feasible=int(counts[1]),
         best_values=best_v,
         best_indices=best_i,
         profiles={p: prof[i] for i, p in enumerate(paths)},
         wall_s=wall,
+        counts=dict(zip(CHECKS, (int(c) for c in counts), strict=True)),
     )
 
 
-def _merge(out, best_v, best_i, n_valid, n_feas, prof, k):
-    bv, bi, nv, nf, pf = jax.device_get(out)
+def _merge(out, best_v, best_i, counts, prof, k):
+    bv, bi, cnt, pf = jax.device_get(out)
     best_v = np.concatenate([best_v, bv.ravel()])
     best_i = np.concatenate([best_i, bi.ravel().astype(np.int64)])
     order = np.argsort(best_v, kind="stable")[:k]
     prof = [np.minimum(p, q.min(axis=0)) for p, q in zip(prof, pf, strict=True)]
-    return best_v[order], best_i[order], n_valid + int(nv.sum()), n_feas + int(nf.sum()), prof
+    return best_v[order], best_i[order], counts + np.asarray(cnt, np.int64).sum(axis=0), prof
