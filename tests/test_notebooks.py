@@ -46,6 +46,7 @@ def test_notebooks_found():
     assert NOTEBOOKS, f"no notebooks in {NOTEBOOK_DIR}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     _ensure_kernel()

@@ -10,19 +10,18 @@ import numpy as np
 import pytest
 
 import codesign as cd
+from codesign.rules import check_all
 from codesign.search import (
     Discretizer,
     ExactEvaluator,
     OptimizeResult,
     Settings,
-    distributed_sweep,
+    load_problem,
     optimize,
     random_search,
+    sweep,
     valid_points,
 )
-from codesign.search import load_problem
-from codesign.rules import check_all
-from codesign.search import sweep
 
 PROBLEM = Path(__file__).resolve().parent.parent / "experiments" / "problems" / "llama3-8b-64xh100-step.toml"
 SETTINGS = Settings(steps=200, starts=12)
@@ -44,8 +43,7 @@ def exhaustive(problem):
 
 
 def _exhaustive(pb):
-    # codesign.sweep directly (not distributed_sweep): the independent ground truth that
-    # test_distributed_sweep_single_process_is_the_sweep compares distributed_sweep with.
+    # codesign.search.sweep directly (not distributed_sweep): the independent ground truth.
     return sweep(
         pb.cfg,
         pb.exhaustive_axes(),
@@ -72,6 +70,7 @@ def _assert_valid_feasible(pb, res: OptimizeResult):
     assert float(r.step_time_s) == pytest.approx(res.exact_objective, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_reaches_exhaustive_optimum(problem, result, exhaustive):
     assert problem.grid_size() == 4 * 6 * 4 * 3 * 4
     assert exhaustive.num_feasible > 0
@@ -86,6 +85,7 @@ def test_reaches_exhaustive_optimum(problem, result, exhaustive):
     assert len(set(result.start_combos)) == 12
 
 
+@pytest.mark.slow
 def test_same_seed_same_result(problem, result):
     again = optimize(problem, SETTINGS, seed=0)
     np.testing.assert_array_equal(again.history, result.history)
@@ -95,6 +95,7 @@ def test_same_seed_same_result(problem, result):
     assert not np.array_equal(other.history, result.history)
 
 
+@pytest.mark.slow
 def test_discretization_valid_and_feasible(problem, result):
     _assert_valid_feasible(problem, result)
     # A harder variant with the same structure (no recompilation): 40 GB of HBM.
@@ -137,8 +138,3 @@ def test_random_search_samples_valid_points(problem, exhaustive):
     # With every valid point in the budget, random search is the exhaustive search.
     assert random_search(problem, len(vp), seed=0, ev=ev, valid=vp)[0] == pytest.approx(float(exhaustive.best_values[0]), rel=1e-12)
 
-
-def test_distributed_sweep_single_process_is_the_sweep(problem, exhaustive):
-    res = distributed_sweep(problem, top_k=1, progress=False, distributed=True)
-    assert res.num_points == exhaustive.num_points and res.num_valid == exhaustive.num_valid
-    assert float(res.best_values[0]) == float(exhaustive.best_values[0])

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from codesign.search import Settings, distributed_sweep, optimize
-from codesign.search import load_problem, load_problem_dict
+from codesign.search import Settings, distributed_sweep, load_problem, load_problem_dict, optimize
 from codesign.specs import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,6 +114,7 @@ def test_strategy_mode_and_hardware_mode():
         load_problem_dict({**doc, "strategy": {"tp": 3, "pp": 4}})
 
 
+@pytest.mark.slow
 def test_hardware_mode_reaches_the_libra_optimum():
     """Bandwidth of three tiers (NVLink, a scale-out tier, cross-building) for a fixed strategy
     under a capex budget: the optimizer finds the exhaustive optimum of the grid."""

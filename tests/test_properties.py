@@ -10,12 +10,12 @@ import dataclasses
 import math
 
 import hypothesis.strategies as hs
-from conftest import example_config, with_tier
 from hypothesis import HealthCheck, example, given, settings
 
 import codesign as cd
 from codesign.cost import cluster_cost
 from codesign.specs import Accelerator, System, Tier
+from conftest import example_config, with_tier
 
 # derandomize: CI runs the same examples every time (explore with --hypothesis-seed).
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
@@ -204,7 +204,7 @@ def test_capex_grows_with_cluster_size_end_to_end(s):
 
 # Found by hypothesis: here the relaxed errors at tau = 0.1 of opposite signs (softplus
 # exposure above, smooth clamps of group sizes below) cancel, so tau = 0.1 happens to be
-# closer to the exact step than tau = 0.01; convergence is monotone from tau = 0.01 down.
+# closer to the exact step than tau = 0.01: the error is not monotone in tau.
 CANCELLING = (
     "megatron-22b",
     1,
@@ -231,8 +231,9 @@ def test_relaxed_converges_to_exact(s):
 
     Each relaxed operation is off by at most a factor n**tau (smooth max/min) or
     tau * scale * log 2 (softplus), so the relative error is O(tau): it must be under tau
-    itself at tau = 0.01, 1e-3 and 1e-4.  At tau = 0.1 errors of opposite sign may cancel or
-    add (CANCELLING above), so there only a loose bound is asserted."""
+    itself at every decade, tau = 0.1 down to 1e-4.  Errors of opposite sign may cancel
+    (CANCELLING above), so the error need not shrink monotonically and that is not asserted
+    (the same rule as test_relax.py::test_relaxed_converges_to_exact_at_integer_points)."""
     if s == "example":
         cfg = example_config()
     else:
@@ -244,9 +245,8 @@ def test_relaxed_converges_to_exact(s):
         relaxed = float(cd.evaluate(*cfg.specs(), cd.Smoothing(exact=False, tau=tau)).step_time_s)
         assert math.isfinite(relaxed)
         err[tau] = abs(relaxed - exact) / exact
-    # O(tau) with constant 1 from tau = 0.01 down: the bound itself shrinks tenfold with every
-    # decade.  (The error need not shrink monotonically: relaxed terms of opposite sign can
-    # cancel at any tau, and below ~1e-12 float64 rounding of the step time dominates.)
-    for tau in (0.01, 1e-3, 1e-4):
-        assert err[tau] <= tau, (tau, err)
-    assert err[0.1] < 0.1
+    # O(tau) with constant 1: the bound itself shrinks tenfold with every decade.  (Not
+    # monotonicity: relaxed terms of opposite sign can cancel at any tau, and below ~1e-12
+    # float64 rounding of the step time dominates.)
+    for tau, e in err.items():
+        assert e <= tau, (tau, err)

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 import codesign as cd
-from codesign.search import relax
-from codesign.search import load_problem_dict
+from codesign.search import load_problem_dict, relax
 from codesign.smoothing import Smoothing
 
 BASE_DOC = {
@@ -43,14 +42,14 @@ def _objectives(r):
 def test_relaxed_converges_to_exact_at_integer_points(st):
     cfg = cd.load_run_dict({**BASE_DOC, "strategy": st})
     exact = _objectives(_eval(*cfg.specs()))
-    errs = []
-    for tau in (0.1, 0.01, 0.001):
+    # First-order convergence: the relative error of every objective is at most tau at every
+    # decade (the smooth max overshoots by <= n**tau - 1, the softplus by tau * scale * log 2).
+    # Not asserted: that the error shrinks monotonically -- relaxed terms of opposite sign can
+    # cancel at any tau (test_properties.py::CANCELLING is such a point).
+    for tau in (0.1, 0.01, 1e-3, 1e-4):
         relaxed = _objectives(_eval(*cfg.specs(), Smoothing(exact=False, tau=tau)))
-        errs.append(np.max(np.abs(relaxed / exact - 1.0)))
-    # Monotone, first-order convergence (the p-norm max overshoots by <= n**tau - 1).
-    assert errs[0] >= errs[1] >= errs[2]
-    assert errs[2] < 1e-3
-    assert errs[2] <= 0.05 * errs[0] + 1e-12
+        err = np.max(np.abs(relaxed / exact - 1.0))
+        assert err <= tau, (tau, err)
 
 
 def _codesign_problem():

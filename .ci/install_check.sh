@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Install check: `pip install .` (a wheel, not editable) into a fresh virtual environment, then
+# every command from a directory outside the repository, on copies of the example files, so
+# that nothing is read from the checkout: the catalog and the measured runs must come from
+# the installed package.  Each command must exit 0 and print what it is expected to print.
+#
+# Usage: .ci/install_check.sh   (PYTHON=python3.11 by default; KEEP=1 keeps the temp dir)
+set -euo pipefail
+
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+PYTHON="${PYTHON:-python3.11}"
+WORK="$(mktemp -d)"
+if [[ "${KEEP:-0}" != 1 ]]; then trap 'rm -rf "$WORK"' EXIT; fi
+VENV="$WORK/venv"
+RUN="$WORK/run"
+mkdir -p "$RUN"
+
+# The example files the commands run on (copied: the commands never see the repository).
+cp "$REPO/experiments/configs/gpt3-175b-a100.toml" "$RUN/run.toml"
+cp "$REPO/experiments/problems/llama3-8b-64xh100-step.toml" "$RUN/problem.toml"  # 1,152 points
+
+# The commands and the words their output must contain.  The validate line is kept short
+# (one random split, 50 Adam steps): it checks that the command and its data work, not the
+# calibration itself.
+CHECKS=(
+  "--help|evaluate|sweep|optimize|validate"
+  "presets accelerators|h100-sxm5-80gb"
+  "evaluate run.toml|step time|memory/accelerator|capex"
+  "sweep problem.toml --no-progress|exact optimum of the grid|exact evaluations  1,152"
+  "optimize problem.toml --no-progress --steps 30 --starts 4|relaxed objective|exact evaluations"
+  "validate --no-report --random-splits 1 --steps 50|MAPE|Held-out"
+)
+
+t0=$SECONDS
+"$PYTHON" -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet "$REPO"
+echo "install: pip install $REPO into a fresh venv: $((SECONDS - t0)) s"
+
+cd "$RUN"
+unset PYTHONPATH
+export CODESIGN_CACHE_DIR="$WORK/jax-cache"  # not the user's ~/.cache
+# The package imported is the installed one, with the version of codesign/_version.py.
+want_version="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$REPO/codesign/_version.py")"
+where="$("$VENV/bin/python" -c 'import codesign; print(codesign.__file__)')"
+version="$("$VENV/bin/python" -c 'import codesign; print(codesign.__version__)')"
+if [[ "$where" != "$VENV"/* || "$version" != "$want_version" ]]; then
+  echo "FAIL: imported codesign $version from $where (want $want_version from $VENV)" >&2
+  exit 1
+fi
+echo "installed: codesign $version at $where"
+
+status=0
+for check in "${CHECKS[@]}"; do
+  IFS='|' read -r -a parts <<<"$check"
+  read -r -a args <<<"${parts[0]}"
+  t=$SECONDS
+  if "$VENV/bin/codesign" "${args[@]}" >out.txt 2>err.txt; then rc=0; else rc=$?; fi
+  missing=()
+  for word in "${parts[@]:1}"; do
+    grep -qF -- "$word" out.txt || missing+=("$word")
+  done
+  if [[ $rc -eq 0 && ${#missing[@]} -eq 0 ]]; then
+    echo "ok    codesign ${parts[0]}  ($((SECONDS - t)) s)"
+  else
+    status=1
+    echo "FAIL  codesign ${parts[0]}  (exit $rc; missing from the output: ${missing[*]:-none})" >&2
+    tail -n 20 out.txt err.txt >&2
+  fi
+done
+echo "install check: $((SECONDS - t0)) s in all"
+exit $status
