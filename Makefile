@@ -46,11 +46,10 @@ bench: $(BIN)/.installed
 
 validate: $(BIN)/.installed
 	$(BIN)/python experiments/validate.py
-	$(BIN)/codesign validate
+	$(BIN)/codesign validate --out experiments/results
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check $(LINTED)
-	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/ruff check $(LINTED); status=$$?; $(BIN)/ruff format --check $(LINTED) && exit $$status
 
 install-check:
 	PYTHON=$(PYTHON) bash .ci/install_check.sh

@@ -8,10 +8,10 @@ import subprocess
 import sys
 
 import pytest
+from conftest import EXAMPLE_TOML, REPO
 
 import codesign as cd
 from codesign.cli import main
-from conftest import EXAMPLE_TOML, REPO
 
 GOOD = """
 [model]

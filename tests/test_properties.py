@@ -10,12 +10,12 @@ import dataclasses
 import math
 
 import hypothesis.strategies as hs
+from conftest import example_config, with_tier
 from hypothesis import HealthCheck, example, given, settings
 
 import codesign as cd
 from codesign.cost import cluster_cost
 from codesign.specs import Accelerator, System, Tier
-from conftest import example_config, with_tier
 
 # derandomize: CI runs the same examples every time (explore with --hypothesis-seed).
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)

@@ -10,11 +10,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import example_config, small_config, small_doc, with_tier
 
 import codesign as cd
 from codesign import step as step_mod
 from codesign.search import sweep
-from conftest import example_config, small_config, small_doc, with_tier
 
 CONFIGS = {
     "gpt3-example": example_config,

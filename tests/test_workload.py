@@ -6,11 +6,11 @@ import dataclasses
 import math
 
 import pytest
+from conftest import small_doc
 
 import codesign as cd
 from codesign import workload
 from codesign.config import model_preset
-from conftest import small_doc
 
 
 def gpt(l=24, h=2048, a=16, V=51200, s=2048, tied=0.0, dropout=1.0) -> cd.Model:
