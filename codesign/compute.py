@@ -98,7 +98,11 @@ def layer_times(
     local_experts = jnp.maximum(safe_div(m.moe_experts, st.ep, 1.0), 1.0)
     slots = tokens * m.moe_top_k  # expert-token pairs this rank computes (balanced routing)
     per_expert = safe_div(slots, local_experts)
-    routed = local_experts * (g(per_expert, (mats - 1.0) * fe, h) + g(per_expert, h, fe)) * eff.moe_imbalance
+    routed = (
+        local_experts
+        * (g(per_expert, (mats - 1.0) * fe, h) + g(per_expert, h, fe))
+        * eff.moe_imbalance
+    )
     shared = m.moe_shared_experts * (g(tokens, (mats - 1.0) * fe, h) + g(tokens, h, fe))
     router = g(tokens, jnp.maximum(m.moe_experts, 1.0), h)
     moe_mlp = router + routed + shared

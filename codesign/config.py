@@ -132,7 +132,9 @@ def _number(field: str, value: Any) -> float:
     raise SpecError(field, value, "a number")
 
 
-def _fill(cls, table: dict, section: str, skip: set = frozenset(), extra: dict | None = None) -> Any:
+def _fill(
+    cls, table: dict, section: str, skip: set = frozenset(), extra: dict | None = None
+) -> Any:
     """Build dataclass ``cls`` from ``table``, checking keys and number types."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
@@ -183,7 +185,9 @@ def tier_preset(name: str, num_accelerators: float | None = None, **overrides) -
     return tier
 
 
-def system_preset(accelerator: str, num_accelerators: float, scale_out: str | None = None, **overrides) -> System:
+def system_preset(
+    accelerator: str, num_accelerators: float, scale_out: str | None = None, **overrides
+) -> System:
     """A two-tier :class:`System`: the accelerator's scale-up domain and a scale-out fabric
     (its preset's ``scale_out`` unless named) that reaches every accelerator.
 
@@ -265,7 +269,9 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
     tiers_doc = sec.pop("tiers", None)
     accel_keys = {f.name for f in dataclasses.fields(Accelerator)}
     accel_over = {k: sec.pop(k) for k in list(sec) if k in accel_keys}
-    base = _preset("accelerators", accel_name, "system.accelerator") if accel_name is not None else {}
+    base = (
+        _preset("accelerators", accel_name, "system.accelerator") if accel_name is not None else {}
+    )
     preset_meta = {k: base.get(k) for k in ("scale_up", "scale_up_domain", "scale_out")}
     base.update(accel_over)
     accel = _fill(Accelerator, base, "system", skip={"scale_up", "scale_up_domain", "scale_out"})
@@ -274,7 +280,9 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
     n = _number("system.num_accelerators", sec["num_accelerators"])
     if tiers_doc is None:
         if accel_name is None or not preset_meta["scale_up"]:
-            raise SpecError("system.tiers", None, "at least one [[system.tiers]] table (innermost first)")
+            raise SpecError(
+                "system.tiers", None, "at least one [[system.tiers]] table (innermost first)"
+            )
         tiers_doc = [
             {"preset": preset_meta["scale_up"], "domain": preset_meta["scale_up_domain"]},
             {"preset": preset_meta["scale_out"], "domain": n},
@@ -359,7 +367,9 @@ def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
     accel_name = sys_names["accelerator"]
     default_eff = eff_name is None and accel_name in catalog()["efficiency"]
     base_name = accel_name if default_eff else eff_name
-    eff_base = _preset("efficiency", base_name, "efficiency.preset") if base_name is not None else {}
+    eff_base = (
+        _preset("efficiency", base_name, "efficiency.preset") if base_name is not None else {}
+    )
     eff_base, stack = _apply_stack(eff_base, stack)
     system = _apply_calibrated(eff_base, eff_sec, training, strategy, system, sys_names)
     eff_base.update(eff_sec)
@@ -416,7 +426,9 @@ _EFFICIENCY_PROVENANCE_KEYS = ("rows", "split", "date", "tiers", "inherits", "de
 ``name``/``source``/``note``/``notes`` and any key starting with ``calibrated_``)."""
 
 
-def _apply_calibrated(eff_base: dict, eff_sec: dict, training, strategy, system, sys_names) -> System:
+def _apply_calibrated(
+    eff_base: dict, eff_sec: dict, training, strategy, system, sys_names
+) -> System:
     """Apply the ``calibrated_*`` entries of an efficiency preset that depend on the run.
 
     * ``calibrated_gemm_max_fp8``: ``gemm_max`` of FP8 GEMMs (relative to the FP8 peak), used
@@ -432,13 +444,19 @@ def _apply_calibrated(eff_base: dict, eff_sec: dict, training, strategy, system,
     if fp8 is not None and training.precision == "fp8" and "gemm_max" not in eff_sec:
         eff_base["gemm_max"] = _number("efficiency.calibrated_gemm_max_fp8", fp8)
     unfused = eff_base.get("calibrated_attention_eff_unfused")
-    if unfused is not None and float(strategy.flash_attention) == 0.0 and "attention_eff" not in eff_sec:
+    if (
+        unfused is not None
+        and float(strategy.flash_attention) == 0.0
+        and "attention_eff" not in eff_sec
+    ):
         eff_base["attention_eff"] = _number("efficiency.calibrated_attention_eff_unfused", unfused)
     table = eff_base.get("calibrated_tier_efficiency")
     if not table:
         return system
     if not isinstance(table, dict):
-        raise SpecError("efficiency.calibrated_tier_efficiency", table, "a table {fabric preset = fraction}")
+        raise SpecError(
+            "efficiency.calibrated_tier_efficiency", table, "a table {fabric preset = fraction}"
+        )
     tiers = list(system.tiers)
     for i, (pname, explicit) in enumerate(
         zip(sys_names["tier_presets"], sys_names["_tier_efficiency_set"], strict=True)
@@ -446,7 +464,9 @@ def _apply_calibrated(eff_base: dict, eff_sec: dict, training, strategy, system,
         if pname in table and not explicit:
             v = _number(f"efficiency.calibrated_tier_efficiency.{pname}", table[pname])
             if not 0.0 < v <= 1.0:
-                raise SpecError(f"efficiency.calibrated_tier_efficiency.{pname}", v, "a fraction in (0, 1]")
+                raise SpecError(
+                    f"efficiency.calibrated_tier_efficiency.{pname}", v, "a fraction in (0, 1]"
+                )
             tiers[i] = dataclasses.replace(tiers[i], efficiency=v)
     return dataclasses.replace(system, tiers=tuple(tiers))
 

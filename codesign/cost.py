@@ -30,8 +30,12 @@ def cluster_cost(system: System, step_time_s, tokens_per_step, total_tokens) -> 
     network_capex = sum(t.bandwidth_gbps * t.price_per_gbps_usd for t in system.tiers)
     capex = n * (a.price_usd + system.host_capex_usd_per_accelerator + network_capex)
     network_power = sum(t.power_w for t in system.tiers)
-    power_kw = n * (a.power_w + system.host_power_w_per_accelerator + network_power) * system.pue / 1e3
-    usd_per_hour = capex / (system.amortization_years * HOURS_PER_YEAR) + power_kw * system.usd_per_kwh
+    power_kw = (
+        n * (a.power_w + system.host_power_w_per_accelerator + network_power) * system.pue / 1e3
+    )
+    usd_per_hour = (
+        capex / (system.amortization_years * HOURS_PER_YEAR) + power_kw * system.usd_per_kwh
+    )
     usd_per_step = usd_per_hour * step_time_s / 3600.0
     energy_kwh_per_step = power_kw * step_time_s / 3600.0
     steps = safe_div(total_tokens, tokens_per_step)

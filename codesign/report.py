@@ -27,7 +27,14 @@ def report_to_dict(report, cfg=None) -> dict:
         "params": {k: _f(v) for k, v in report.params.items()},
         "cost": {
             k: cost[k]
-            for k in ("capex_usd", "network_capex_usd", "power_kw", "usd_per_hour", "usd_per_step", "energy_kwh_per_step")
+            for k in (
+                "capex_usd",
+                "network_capex_usd",
+                "power_kw",
+                "usd_per_hour",
+                "usd_per_step",
+                "energy_kwh_per_step",
+            )
         },
     }
     if cfg is not None:
@@ -65,14 +72,20 @@ def format_report(d: dict, cfg=None) -> str:
     lines.append(f"micro-batches      {d['num_microbatches']:12.0f}")
     lines.append("")
     mem = d["memory_gb"]
-    lines.append(f"memory/accelerator {mem['total']:12.2f} GB  {'fits' if d['fits'] else 'DOES NOT FIT'}")
+    lines.append(
+        f"memory/accelerator {mem['total']:12.2f} GB  {'fits' if d['fits'] else 'DOES NOT FIT'}"
+    )
     for k in ("weights", "gradients", "optimizer", "activations", "buffers"):
         lines.append(f"  {k:<16} {mem[k]:12.2f} GB")
     lines.append("")
     c = d["cost"]
-    lines.append(f"capex              {c['capex_usd'] / 1e6:12.2f} M$  (network {c['network_capex_usd'] / 1e6:.2f} M$)")
+    lines.append(
+        f"capex              {c['capex_usd'] / 1e6:12.2f} M$  (network {c['network_capex_usd'] / 1e6:.2f} M$)"
+    )
     lines.append(f"power              {c['power_kw']:12.1f} kW")
-    lines.append(f"cost               {c['usd_per_hour']:12.2f} $/h   {c['usd_per_step']:.4f} $/step")
+    lines.append(
+        f"cost               {c['usd_per_hour']:12.2f} $/h   {c['usd_per_step']:.4f} $/step"
+    )
     lines.append(f"energy             {c['energy_kwh_per_step']:12.4f} kWh/step")
     if "time_to_train_days" in d:
         lines.append(

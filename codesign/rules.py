@@ -146,7 +146,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "strategy.tp*pp*dp*cp",
         lambda xp, m, tr, sy, st: xp.abs(st.tp * st.pp * st.dp * st.cp - sy.num_accelerators) < 0.5,
-        lambda m, tr, sy, st: f"{_g(st.tp)}*{_g(st.pp)}*{_g(st.dp)}*{_g(st.cp)} = {_g(st.tp * st.pp * st.dp * st.cp)}",
+        lambda m, tr, sy, st: (
+            f"{_g(st.tp)}*{_g(st.pp)}*{_g(st.dp)}*{_g(st.cp)} = {_g(st.tp * st.pp * st.dp * st.cp)}"
+        ),
         lambda m, tr, sy, st: f"equal to system.num_accelerators = {_g(sy.num_accelerators)}",
     ),
     Rule(
@@ -187,10 +189,14 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "strategy.ep",
-        lambda xp, m, tr, sy, st: (st.ep == 1)
-        | ((m.moe_experts > 0) & _divides(xp, st.ep, xp.maximum(m.moe_experts, 1.0))),
+        lambda xp, m, tr, sy, st: (
+            (st.ep == 1)
+            | ((m.moe_experts > 0) & _divides(xp, st.ep, xp.maximum(m.moe_experts, 1.0)))
+        ),
         lambda m, tr, sy, st: st.ep,
-        lambda m, tr, sy, st: f"1 for a dense model, else a divisor of moe_experts = {_g(m.moe_experts)}",
+        lambda m, tr, sy, st: (
+            f"1 for a dense model, else a divisor of moe_experts = {_g(m.moe_experts)}"
+        ),
     ),
     Rule(
         "training.global_batch",
@@ -200,14 +206,20 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "system.tiers[0].domain",
-        lambda xp, m, tr, sy, st: (sy.tiers[0].domain >= sy.num_accelerators)
-        | (xp.mod(sy.num_accelerators, sy.tiers[0].domain) == 0),
+        lambda xp, m, tr, sy, st: (
+            (sy.tiers[0].domain >= sy.num_accelerators)
+            | (xp.mod(sy.num_accelerators, sy.tiers[0].domain) == 0)
+        ),
         lambda m, tr, sy, st: sy.tiers[0].domain,
-        lambda m, tr, sy, st: f"a divisor of num_accelerators = {_g(sy.num_accelerators)} (whole scale-up domains)",
+        lambda m, tr, sy, st: (
+            f"a divisor of num_accelerators = {_g(sy.num_accelerators)} (whole scale-up domains)"
+        ),
     ),
     Rule(
         "training.precision",
-        lambda xp, m, tr, sy, st: xp.asarray(tr.precision != "fp8") | (sy.accelerator.peak_tflops_fp8 > 0),
+        lambda xp, m, tr, sy, st: (
+            xp.asarray(tr.precision != "fp8") | (sy.accelerator.peak_tflops_fp8 > 0)
+        ),
         lambda m, tr, sy, st: tr.precision,
         lambda m, tr, sy, st: "bf16 on an accelerator without FP8 peak",
     ),
@@ -241,7 +253,9 @@ def check_strategy(st: Strategy, model: Model, training: Training, system: Syste
     for name, vec, k in (("recompute", st.recompute, 3), ("zero", st.zero, 4)):
         arr = np.asarray(vec, dtype=float)
         if arr.shape != (k,) or np.any(arr < 0) or abs(arr.sum() - 1) > 1e-9:
-            raise SpecError(f"strategy.{name}", arr.tolist(), f"weights over {k} options summing to 1")
+            raise SpecError(
+                f"strategy.{name}", arr.tolist(), f"weights over {k} options summing to 1"
+            )
     pl = np.asarray(st.placement, dtype=float)
     if pl.shape != (5,):
         raise SpecError("strategy.placement", pl.tolist(), "5 ranks for (tp, cp, ep, dp, pp)")
@@ -276,7 +290,11 @@ def _floats(spec):
 def feasible(report, capex_max_usd, power_max_kw):
     """A valid configuration is feasible when it fits in memory and stays within the capex
     budget and the power cap (``inf`` for no cap)."""
-    return report.fits & (report.cost["capex_usd"] <= capex_max_usd) & (report.cost["power_kw"] <= power_max_kw)
+    return (
+        report.fits
+        & (report.cost["capex_usd"] <= capex_max_usd)
+        & (report.cost["power_kw"] <= power_max_kw)
+    )
 
 
 def infeasibility(report, system: System, capex_max_usd, power_max_kw):
@@ -284,13 +302,18 @@ def infeasibility(report, system: System, capex_max_usd, power_max_kw):
     memory over HBM, capex over its budget and power over its cap (0 when feasible), so a
     search can walk from an infeasible point into the feasible set."""
     excess = jnp.maximum(jnp.log(report.memory_gb["total"] / system.accelerator.hbm_gb), 0.0)
-    for x, cap in ((report.cost["capex_usd"], capex_max_usd), (report.cost["power_kw"], power_max_kw)):
+    for x, cap in (
+        (report.cost["capex_usd"], capex_max_usd),
+        (report.cost["power_kw"], power_max_kw),
+    ):
         ok = jnp.isfinite(cap)
         excess = excess + jnp.where(ok, jnp.maximum(jnp.log(x / jnp.where(ok, cap, 1.0)), 0.0), 0.0)
     return excess
 
 
-def check_all(model: Model, training: Training, system: System, strategy: Strategy, efficiency=None) -> None:
+def check_all(
+    model: Model, training: Training, system: System, strategy: Strategy, efficiency=None
+) -> None:
     """All checks of one concrete configuration (what :func:`codesign.evaluate` runs first)."""
     check_model(model)
     check_training(training)

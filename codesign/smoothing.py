@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-
 from flax import struct
 
 __all__ = ["Smoothing", "EXACT", "safe_div", "safe_log"]

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 
 import jax.numpy as jnp
 import numpy as np
-
 from flax import struct
 
 __all__ = [
@@ -389,7 +388,9 @@ def check_model(m: Model) -> None:
     positive("model.head_dim", m.head_dim, integer=True, allow_zero=True)
     if float(m.head_dim) == 0 and float(m.hidden) % float(m.heads):
         raise SpecError(
-            "model.hidden", m.hidden, f"a multiple of model.heads = {m.heads:g} (or set model.head_dim)"
+            "model.hidden",
+            m.hidden,
+            f"a multiple of model.heads = {m.heads:g} (or set model.head_dim)",
         )
     for f in ("gated_mlp", "tied_embeddings", "dropout"):
         if float(getattr(m, f)) not in (0.0, 1.0):
@@ -398,11 +399,15 @@ def check_model(m: Model) -> None:
         positive(f"model.{f}", getattr(m, f), integer=True, allow_zero=True)
     if m.moe_experts > 0:
         if not 1 <= m.moe_top_k <= m.moe_experts:
-            raise SpecError("model.moe_top_k", m.moe_top_k, f"between 1 and moe_experts = {m.moe_experts:g}")
+            raise SpecError(
+                "model.moe_top_k", m.moe_top_k, f"between 1 and moe_experts = {m.moe_experts:g}"
+            )
         if m.moe_ffn_hidden <= 0:
             raise SpecError("model.moe_ffn_hidden", m.moe_ffn_hidden, "positive for an MoE model")
         if not 0 < m.moe_layers <= m.layers:
-            raise SpecError("model.moe_layers", m.moe_layers, f"between 1 and layers = {m.layers:g}")
+            raise SpecError(
+                "model.moe_layers", m.moe_layers, f"between 1 and layers = {m.layers:g}"
+            )
 
 
 def check_system(s: System) -> None:
@@ -419,12 +424,18 @@ def check_system(s: System) -> None:
     for i, t in enumerate(s.tiers):
         d = positive(f"system.tiers[{i}].domain", t.domain, integer=True)
         if d < prev:
-            raise SpecError(f"system.tiers[{i}].domain", t.domain, f"at least the inner tier's domain ({prev:g})")
+            raise SpecError(
+                f"system.tiers[{i}].domain",
+                t.domain,
+                f"at least the inner tier's domain ({prev:g})",
+            )
         prev = d
         positive(f"system.tiers[{i}].bandwidth_gbps", t.bandwidth_gbps)
         positive(f"system.tiers[{i}].latency_us", t.latency_us, allow_zero=True)
         if float(t.oversubscription) < 1:
-            raise SpecError(f"system.tiers[{i}].oversubscription", t.oversubscription, "a ratio >= 1")
+            raise SpecError(
+                f"system.tiers[{i}].oversubscription", t.oversubscription, "a ratio >= 1"
+            )
         positive(f"system.tiers[{i}].price_per_gbps_usd", t.price_per_gbps_usd, allow_zero=True)
         positive(f"system.tiers[{i}].power_w", t.power_w, allow_zero=True)
         eff = positive(f"system.tiers[{i}].efficiency", t.efficiency)
@@ -457,7 +468,12 @@ def check_efficiency(eff: Efficiency) -> None:
         v = positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
         if v > 1:
             raise SpecError(f"efficiency.{f}", getattr(eff, f), "a fraction in [0, 1]")
-    for f in ("elementwise_traffic", "optimizer_bytes_per_param", "backward_factor", "recompute_factor"):
+    for f in (
+        "elementwise_traffic",
+        "optimizer_bytes_per_param",
+        "backward_factor",
+        "recompute_factor",
+    ):
         positive(f"efficiency.{f}", getattr(eff, f))
     if float(eff.moe_imbalance) < 1:
         raise SpecError("efficiency.moe_imbalance", eff.moe_imbalance, "a factor >= 1")

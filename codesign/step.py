@@ -34,16 +34,23 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 from codesign import collectives as coll
 from codesign import compute, memory, pipeline, workload
-from flax import struct
 from codesign.cost import cluster_cost
-from codesign.smoothing import EXACT, Smoothing, safe_div
 from codesign.rules import check_all, data_parallel_groups, sharded, zero_fractions
+from codesign.smoothing import EXACT, Smoothing, safe_div
 from codesign.specs import Efficiency, Model, Strategy, System, Training
 
-__all__ = ["Report", "evaluate", "evaluate_unchecked", "parallel_groups", "BREAKDOWN_KEYS", "MEMORY_KEYS"]
+__all__ = [
+    "Report",
+    "evaluate",
+    "evaluate_unchecked",
+    "parallel_groups",
+    "BREAKDOWN_KEYS",
+    "MEMORY_KEYS",
+]
 
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "buffers", "total")
 
@@ -126,7 +133,12 @@ def local_params(model: Model, strategy: Strategy, sm: Smoothing) -> dict:
     st = strategy
     p = workload.layer_params(model)
     moe_frac = safe_div(model.moe_layers, model.layers)
-    dense_layer = p["attention"] + p["norms"] + (1.0 - moe_frac) * p["mlp"] + moe_frac * (p["router"] + p["shared"])
+    dense_layer = (
+        p["attention"]
+        + p["norms"]
+        + (1.0 - moe_frac) * p["mlp"]
+        + moe_frac * (p["router"] + p["shared"])
+    )
     expert_layer = moe_frac * p["experts"]
     lps = model.layers / st.pp
     one_stage = 1.0 - sm.step(st.pp - 1.0)
@@ -158,17 +170,20 @@ def evaluate_unchecked(
 
     # ---- compute, one micro-batch on the most loaded stage --------------------------------
     act = memory.layer_activation_bytes(m, st)
-    lt = compute.layer_times(m, st, sy, eff, precision, act["none"], sm, act["none"] - act["selective"])
+    lt = compute.layer_times(
+        m, st, sy, eff, precision, act["none"], sm, act["none"] - act["selective"]
+    )
     lps = m.layers / st.pp
     layer_fwd = lt["gemm"] + lt["attention"] + lt["elementwise"]
     t_fwd = lps * layer_fwd + lt["logits"] + lt["logits_elementwise"]
-    t_bwd = (
-        eff.backward_factor * (lps * (lt["gemm"] + lt["attention"]) + lt["logits"])
-        + 2.0 * (lps * lt["elementwise"] + lt["logits_elementwise"])
+    t_bwd = eff.backward_factor * (lps * (lt["gemm"] + lt["attention"]) + lt["logits"]) + 2.0 * (
+        lps * lt["elementwise"] + lt["logits_elementwise"]
     )
     # Selective recomputation re-runs the attention core (QK^T, softmax, dropout, AV); full
     # recomputation re-runs the layer's forward, in recompute_factor times its time.
-    t_rec = lps * (r[1] * (lt["attention"] + lt["score_elementwise"]) + r[2] * eff.recompute_factor * layer_fwd)
+    t_rec = lps * (
+        r[1] * (lt["attention"] + lt["score_elementwise"]) + r[2] * eff.recompute_factor * layer_fwd
+    )
 
     # ---- communication inside a micro-batch ----------------------------------------------
     tokens = st.microbatch * m.seq_len / st.cp
@@ -187,7 +202,9 @@ def evaluate_unchecked(
     _, kv = workload.attention_dims(m)
     kv_bytes = 2.0 * 2.0 * st.microbatch * m.seq_len * kv / st.tp
     cp_ag = coll.all_gather_time(kv_bytes, groups["cp"], sy, sm)
-    cp_exposed_pass = sm.relu(cp_ag - eff.cp_overlap_eff * lt["attention"], scale=lt["attention"] + 1e-9)
+    cp_exposed_pass = sm.relu(
+        cp_ag - eff.cp_overlap_eff * lt["attention"], scale=lt["attention"] + 1e-9
+    )
     t_cp = lps * (3.0 + r[2]) * cp_exposed_pass  # fwd 1, bwd 2 (AG + RS), recompute
 
     a2a_tokens = tokens / (st.sequence_parallel * st.tp + (1.0 - st.sequence_parallel))
@@ -210,7 +227,9 @@ def evaluate_unchecked(
         ag = lat + 2.0 * n_params * per_byte
         return z[0] * 2.0 * rs + (z[1] + z[2]) * (rs + ag) + z[3] * n_mb * (rs + 2.0 * ag)
 
-    has_experts = jnp.where(pl["expert"] > 0, 1.0, 0.0)  # no empty expert collective for dense models
+    has_experts = jnp.where(
+        pl["expert"] > 0, 1.0, 0.0
+    )  # no empty expert collective for dense models
     t_dp = dp_time(pl["dense"], groups["dp"]) + has_experts * dp_time(pl["expert"], groups["edp"])
     window = (1.0 - z[3]) * (t_fwd + t_bwd) + z[3] * n_mb * (t_fwd + t_bwd + t_rec)
     window = st.overlap_dp * eff.dp_overlap_eff * window
@@ -245,7 +264,9 @@ def evaluate_unchecked(
     tokens_step = training.global_batch * m.seq_len
     flops = workload.model_flops_per_step(m, training.global_batch)
     f = workload.forward_flops_per_token(m)
-    rec_flops = tokens_step * m.layers * (r[1] * f["attention"] + r[2] * (f["gemm"] + f["attention"]))
+    rec_flops = (
+        tokens_step * m.layers * (r[1] * f["attention"] + r[2] * (f["gemm"] + f["attention"]))
+    )
     denom = step_time * sy.num_accelerators * compute.peak_flops(sy, precision)
     cost = cluster_cost(sy, step_time, tokens_step, training.tokens)
     totals = workload.total_params(m)
@@ -259,7 +280,12 @@ def evaluate_unchecked(
         tokens_per_s=safe_div(tokens_step, step_time),
         model_flops_per_step=flops,
         num_microbatches=n_mb,
-        params={"total": totals["total"], "active": totals["active"], "local_dense": pl["dense"], "local_expert": pl["expert"]},
+        params={
+            "total": totals["total"],
+            "active": totals["active"],
+            "local_dense": pl["dense"],
+            "local_expert": pl["expert"],
+        },
         cost=cost,
         exposed_comm_s={"dp_total": t_dp, "tp_per_microbatch": t_tp, "p2p_one": p2p_one},
     )

@@ -100,7 +100,9 @@ def forward_flops_per_token(m: Model) -> dict:
     q, _ = attention_dims(m)
     mats = 2.0 + m.gated_mlp
     moe_frac = m.moe_layers / m.layers
-    moe_mlp = p["router"] + (m.moe_top_k + m.moe_shared_experts) * mats * m.hidden * m.moe_ffn_hidden
+    moe_mlp = (
+        p["router"] + (m.moe_top_k + m.moe_shared_experts) * mats * m.hidden * m.moe_ffn_hidden
+    )
     mlp = (1.0 - moe_frac) * p["mlp"] + moe_frac * moe_mlp
     return {
         "gemm": 2.0 * (p["attention"] + mlp),

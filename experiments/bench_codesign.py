@@ -51,11 +51,11 @@ from codesign.search import (  # noqa: E402
     ExactEvaluator,
     Settings,
     distributed_sweep,
+    load_problem,  # noqa: E402
     optimize,
     random_search,
     valid_points,
 )
-from codesign.search import load_problem  # noqa: E402
 
 RANDOM_SEEDS = 10
 
@@ -80,7 +80,12 @@ SUITE = [
     ("mixtral-8x7b-codesign-time", None, {}),
     ("deepseek-v3-codesign-h800", None, {}),
 ]
-QUICK = ["llama3-8b-64xh100-step", "gpt3-175b-libra-hardware", "mixtral-8x7b-codesign-time", "llama3-70b-codesign-3tier"]
+QUICK = [
+    "llama3-8b-64xh100-step",
+    "gpt3-175b-libra-hardware",
+    "mixtral-8x7b-codesign-time",
+    "llama3-70b-codesign-3tier",
+]
 
 SCALING_PROBLEM = "llama3-70b-codesign-3tier"
 # (N values, NVLink values, scale-out values, cross-building values) per level.
@@ -129,7 +134,10 @@ def run_problem(label: str, pb, settings: Settings, seen_spaces: set) -> dict:
 
     ev = ExactEvaluator(pb)
     vp = valid_points(pb, ev)
-    rnd = [random_search(pb, opt.num_exact_evals, seed=s, ev=ev, valid=vp)[0] for s in range(RANDOM_SEEDS)]
+    rnd = [
+        random_search(pb, opt.num_exact_evals, seed=s, ev=ev, valid=vp)[0]
+        for s in range(RANDOM_SEEDS)
+    ]
     row = {
         "problem": label,
         "mode": pb.mode,
@@ -227,7 +235,10 @@ def pareto_study(settings: Settings, budgets) -> list[dict]:
         opt = optimize(pb, settings, seed=0)
         ex = exhaustive(pb)
         row = {"budget_usd": b}
-        for name, cfg in (("opt", opt.config), ("ex", ex.config(0, pb.cfg) if len(ex.best_values) else None)):
+        for name, cfg in (
+            ("opt", opt.config),
+            ("ex", ex.config(0, pb.cfg) if len(ex.best_values) else None),
+        ):
             if cfg is None:
                 row[name] = None
                 continue
@@ -286,10 +297,18 @@ def plot_all(result: dict) -> None:
     if sc:
         fig, ax = plt.subplots(figsize=(6.4, 4.4))
         g = np.array([r["grid"] for r in sc], float)
-        exw = np.array([r["ex_warm_s"] if math.isfinite(r["ex_warm_s"]) else r["ex_first_s"] for r in sc])
+        exw = np.array(
+            [r["ex_warm_s"] if math.isfinite(r["ex_warm_s"]) else r["ex_first_s"] for r in sc]
+        )
         ax.loglog(g, exw, "o-", label="exhaustive sweep (warm)")
         ax.loglog(g, [r["opt_warm_s"] for r in sc], "s-", label="optimizer (warm)")
-        ax.loglog(g, [r["opt_first_s"] for r in sc], "s:", alpha=0.6, label="optimizer (first call, with compile)")
+        ax.loglog(
+            g,
+            [r["opt_first_s"] for r in sc],
+            "s:",
+            alpha=0.6,
+            label="optimizer (first call, with compile)",
+        )
         ax.loglog(g, exw[0] * g / g[0], "k--", lw=0.8, alpha=0.5, label="linear in grid size")
         ax.set_xlabel("grid points")
         ax.set_ylabel("wall time (s)")
@@ -309,21 +328,58 @@ def plot_all(result: dict) -> None:
         for i in range(h.shape[0]):
             best = i == cv["best_start"]
             ls = "-" if viol[i, -1] <= 1e-2 else "--"  # dashed: ends > 1 % over a constraint
-            a1.semilogy(steps, h[i], ls, color="C0" if best else "0.6", lw=1.8 if best else 0.6, alpha=1 if best else 0.7, zorder=3 if best else 1)
-        a1.axhline(cv["exhaustive_opt"], color="k", ls="--", lw=1, label="exhaustive optimum (exact)")
-        a1.plot([steps[-1]], [cv["rounded"]], "v", color="C3", ms=8, label="rounded onto valid layouts (exact)")
-        a1.plot([steps[-1]], [cv["exact"]], "*", color="C2", ms=12, label="after exact local search")
+            a1.semilogy(
+                steps,
+                h[i],
+                ls,
+                color="C0" if best else "0.6",
+                lw=1.8 if best else 0.6,
+                alpha=1 if best else 0.7,
+                zorder=3 if best else 1,
+            )
+        a1.axhline(
+            cv["exhaustive_opt"], color="k", ls="--", lw=1, label="exhaustive optimum (exact)"
+        )
+        a1.plot(
+            [steps[-1]],
+            [cv["rounded"]],
+            "v",
+            color="C3",
+            ms=8,
+            label="rounded onto valid layouts (exact)",
+        )
+        a1.plot(
+            [steps[-1]], [cv["exact"]], "*", color="C2", ms=12, label="after exact local search"
+        )
         a1.set_xlabel("Adam step (temperature and penalty annealed)")
         a1.set_ylabel(f"{cv['objective']} (relaxed model)")
         lo = min(cv["exhaustive_opt"], float(np.nanmin(h[:, -1]))) * 0.8
         a1.set_ylim(lo, float(np.nanpercentile(h[:, 0], 90)) * 1.5)
-        a1.set_title("relaxed search: every start (best in blue; dashed: ends > 1 % over a constraint)", fontsize=9)
+        a1.set_title(
+            "relaxed search: every start (best in blue; dashed: ends > 1 % over a constraint)",
+            fontsize=9,
+        )
         a1.legend(fontsize=8)
         for i, rc in enumerate(cv["random_curves"]):
             rc = np.asarray(rc, float)
-            a2.plot(np.arange(1, len(rc) + 1), rc, color="C1", lw=1, alpha=0.7, label="random search, seeds 0-4" if i == 0 else None)
+            a2.plot(
+                np.arange(1, len(rc) + 1),
+                rc,
+                color="C1",
+                lw=1,
+                alpha=0.7,
+                label="random search, seeds 0-4" if i == 0 else None,
+            )
         tr = np.asarray(cv["trace"], float)
-        a2.plot(tr[:, 0], tr[:, 1], "o-", color="C2", ms=5, drawstyle="steps-post", label="optimizer: rounding, then local search")
+        a2.plot(
+            tr[:, 0],
+            tr[:, 1],
+            "o-",
+            color="C2",
+            ms=5,
+            drawstyle="steps-post",
+            label="optimizer: rounding, then local search",
+        )
         a2.axhline(cv["exhaustive_opt"], color="k", ls="--", lw=1, label="exhaustive optimum")
         a2.set_xscale("log")
         a2.set_yscale("log")
@@ -339,21 +395,57 @@ def plot_all(result: dict) -> None:
     pa = result.get("pareto")
     if pa:
         fig, ax = plt.subplots(figsize=(6.4, 4.6))
-        for key, mk, lab in (("ex", "o", "exhaustive optimum per budget"), ("opt", "x", "optimizer per budget")):
-            pts = [(r[key]["time_to_train_days"], r[key]["cost_to_train_usd"] / 1e6, r["budget_usd"]) for r in pa if r.get(key)]
+        for key, mk, lab in (
+            ("ex", "o", "exhaustive optimum per budget"),
+            ("opt", "x", "optimizer per budget"),
+        ):
+            pts = [
+                (r[key]["time_to_train_days"], r[key]["cost_to_train_usd"] / 1e6, r["budget_usd"])
+                for r in pa
+                if r.get(key)
+            ]
             if not pts:
                 continue
             t, c, b = zip(*pts, strict=True)
-            ax.plot(t, c, mk, ms=8 if mk == "o" else 9, mfc="none" if mk == "o" else None, label=lab)
+            ax.plot(
+                t, c, mk, ms=8 if mk == "o" else 9, mfc="none" if mk == "o" else None, label=lab
+            )
             if key == "ex":
                 # Pareto front: designs that no other budget's design beats in both time and cost.
-                front = sorted((ti, ci) for ti, ci, _ in pts if not any(t2 <= ti and c2 <= ci and (t2, c2) != (ti, ci) for t2, c2, _ in pts))
+                front = sorted(
+                    (ti, ci)
+                    for ti, ci, _ in pts
+                    if not any(t2 <= ti and c2 <= ci and (t2, c2) != (ti, ci) for t2, c2, _ in pts)
+                )
                 ft, fc = zip(*front, strict=True)
-                ax.plot(ft, fc, "-", color="C0", lw=1.2, alpha=0.6, zorder=0, label="Pareto front (cost vs time)")
+                ax.plot(
+                    ft,
+                    fc,
+                    "-",
+                    color="C0",
+                    lw=1.2,
+                    alpha=0.6,
+                    zorder=0,
+                    label="Pareto front (cost vs time)",
+                )
                 order = np.argsort(t)
-                ax.plot(np.asarray(t)[order], np.asarray(c)[order], ":", color="0.6", lw=1, zorder=0, label="budget sweep (dominated points off the front)")
+                ax.plot(
+                    np.asarray(t)[order],
+                    np.asarray(c)[order],
+                    ":",
+                    color="0.6",
+                    lw=1,
+                    zorder=0,
+                    label="budget sweep (dominated points off the front)",
+                )
                 for ti, ci, bi in pts:
-                    ax.annotate(f"{bi / 1e6:.0f} M$", (ti, ci), textcoords="offset points", xytext=(5, 4), fontsize=7)
+                    ax.annotate(
+                        f"{bi / 1e6:.0f} M$",
+                        (ti, ci),
+                        textcoords="offset points",
+                        xytext=(5, 4),
+                        fontsize=7,
+                    )
         ax.set_xlabel("time to train (days)")
         ax.set_ylabel("cost to train (M$)")
         ax.set_title(f"{PARETO_PROBLEM}: minimum time to train per capex budget", fontsize=9)
@@ -485,10 +577,21 @@ def write_markdown(result: dict, path: Path) -> None:
 def main() -> None:
     global RESULTS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="4 problems, small scaling grids, 3 budgets (smoke run)")
-    ap.add_argument("--max-grid", type=float, default=1.1e9, help="largest scaling grid (default 1.1e9)")
-    ap.add_argument("--out", default=str(ROOT / "experiments" / "results"), help="results directory")
-    ap.add_argument("--from-json", help="only redraw the figures and the markdown from a saved codesign_bench.json")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="4 problems, small scaling grids, 3 budgets (smoke run)",
+    )
+    ap.add_argument(
+        "--max-grid", type=float, default=1.1e9, help="largest scaling grid (default 1.1e9)"
+    )
+    ap.add_argument(
+        "--out", default=str(ROOT / "experiments" / "results"), help="results directory"
+    )
+    ap.add_argument(
+        "--from-json",
+        help="only redraw the figures and the markdown from a saved codesign_bench.json",
+    )
     args = ap.parse_args()
     RESULTS = Path(args.out)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -500,7 +603,10 @@ def main() -> None:
         return
     t_all = time.perf_counter()
     settings = Settings()
-    print(f"jax {jax.__version__}, {len(jax.devices())} CPU devices, {os.cpu_count()} cores, x64; settings {settings}\n", flush=True)
+    print(
+        f"jax {jax.__version__}, {len(jax.devices())} CPU devices, {os.cpu_count()} cores, x64; settings {settings}\n",
+        flush=True,
+    )
 
     suite = [s for s in SUITE if not args.quick or (s[0] in QUICK and s[1] is None)]
     seen: set = set()
@@ -516,7 +622,9 @@ def main() -> None:
         "worst_ratio": max(r["ratio"] for r in rows),
         "not_worse_than_random": sum(r["ratio"] <= r["random_seed0"] * (1 + 1e-12) for r in rows),
         "better_than_random": sum(r["ratio"] < r["random_seed0"] * (1 - 1e-12) for r in rows),
-        "better_than_random_median": sum(r["ratio"] < r["random_median"] * (1 - 1e-12) for r in rows),
+        "better_than_random_median": sum(
+            r["ratio"] < r["random_median"] * (1 - 1e-12) for r in rows
+        ),
     }
     print(
         f"\nwithin 1 %: {summary['within_1pct']}/{n}, within 3 %: {summary['within_3pct']}/{n}, worst {summary['worst_ratio']:.4f}; "
@@ -528,11 +636,15 @@ def main() -> None:
     scaling = scaling_study(settings, levels, 2e7 if args.quick else args.max_grid)
     budgets = [40e6, 80e6, 160e6] if args.quick else list(np.geomspace(30e6, 240e6, 7))
     pareto = pareto_study(settings, budgets)
-    conv = convergence_data(settings, "mixtral-8x7b-codesign-time" if args.quick else "llama3-405b-codesign-3tier")
+    conv = convergence_data(
+        settings, "mixtral-8x7b-codesign-time" if args.quick else "llama3-405b-codesign-3tier"
+    )
 
     result = {
         "quick": args.quick,
-        "machine": f"{platform.machine()} {platform.processor() or ''} ({os.cpu_count()} cores)".replace("  ", " "),
+        "machine": f"{platform.machine()} {platform.processor() or ''} ({os.cpu_count()} cores)".replace(
+            "  ", " "
+        ),
         "devices": len(jax.devices()),
         "settings": f"{settings.starts} starts x {settings.steps} Adam steps, top {settings.top_starts} starts rounded onto "
         f"{settings.nearest_layouts} nearest valid layouts, local search from {settings.local_starts} layouts",
@@ -547,7 +659,10 @@ def main() -> None:
     name = "codesign_bench_quick" if args.quick else "codesign_bench"
     write_markdown(result, RESULTS / f"{name}.md")
     (RESULTS / f"{name}.json").write_text(json.dumps(result, default=float))
-    print(f"total {result['total_s'] / 60:.1f} min; wrote {RESULTS / (name + '.md')} and the figures", flush=True)
+    print(
+        f"total {result['total_s'] / 60:.1f} min; wrote {RESULTS / (name + '.md')} and the figures",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

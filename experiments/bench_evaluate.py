@@ -42,8 +42,12 @@ def main() -> None:
 
     cfg = cd.load_run(ROOT / "experiments/configs/gpt3-175b-a100.toml")
     dtype = "float64" if args.x64 else "float32"
-    print(f"jax {jax.__version__}, {len(jax.devices())} CPU devices, {os.cpu_count()} cores, {dtype}")
-    print(f"base: {cfg.names['model']} on {int(cfg.system.num_accelerators)} x {cfg.names['accelerator']}\n")
+    print(
+        f"jax {jax.__version__}, {len(jax.devices())} CPU devices, {os.cpu_count()} cores, {dtype}"
+    )
+    print(
+        f"base: {cfg.names['model']} on {int(cfg.system.num_accelerators)} x {cfg.names['accelerator']}\n"
+    )
 
     strategy_axes = {
         "strategy.tp": [1, 2, 4, 8],
@@ -83,8 +87,12 @@ def main() -> None:
         rate = res.num_points / res.wall_s
         rows.append((name, res.num_points, res.num_valid, res.num_feasible, cold, res.wall_s, rate))
         best = res.best()
-        print(f"{name}: {res.num_points:,} points, {res.num_valid:,} valid, {res.num_feasible:,} feasible")
-        print(f"  cold {cold:.2f} s (with compile), warm {res.wall_s:.3f} s -> {rate / 1e6:.2f} M configs/s")
+        print(
+            f"{name}: {res.num_points:,} points, {res.num_valid:,} valid, {res.num_feasible:,} feasible"
+        )
+        print(
+            f"  cold {cold:.2f} s (with compile), warm {res.wall_s:.3f} s -> {rate / 1e6:.2f} M configs/s"
+        )
         print(f"  best step {res.best_values[0]:.3f} s at {best}\n")
 
     # Compiled memory of one sweep call (XLA temp buffers) for the co-design grid.
@@ -92,7 +100,9 @@ def main() -> None:
 
     mem = _sweep_temp_bytes(sw, cfg, codesign_grid)
     maxrss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
-    print(f"peak memory: XLA temp buffers of one sweep call {mem / 2**20:.1f} MiB; process max RSS {maxrss_gb:.2f} GB")
+    print(
+        f"peak memory: XLA temp buffers of one sweep call {mem / 2**20:.1f} MiB; process max RSS {maxrss_gb:.2f} GB"
+    )
 
     # One configuration at a time from Python (what a pure-Python analytical tool does).
     specs = cfg.specs()
@@ -104,7 +114,9 @@ def main() -> None:
     loop_rate = n / (time.perf_counter() - t0)
     print(f"one-at-a-time codesign.evaluate (checked, jitted): {loop_rate:,.0f} configs/s")
     print("\nsummary")
-    print(f"{'grid':<20} {'points':>12} {'valid':>10} {'cold s':>8} {'warm s':>8} {'M configs/s':>12}")
+    print(
+        f"{'grid':<20} {'points':>12} {'valid':>10} {'cold s':>8} {'warm s':>8} {'M configs/s':>12}"
+    )
     for name, npts, nv, _nf, cold, warm, rate in rows:
         print(f"{name:<20} {npts:>12,} {nv:>10,} {cold:>8.2f} {warm:>8.3f} {rate / 1e6:>12.2f}")
     print("reference: Calculon (pure-Python analytical model) ~500 configs/s")
@@ -118,7 +130,13 @@ def _sweep_temp_bytes(sw, cfg, axes) -> int:
 
     base = jax.tree_util.tree_map(
         jnp.asarray,
-        {"model": cfg.model, "training": cfg.training, "system": cfg.system, "strategy": cfg.strategy, "efficiency": cfg.efficiency},
+        {
+            "model": cfg.model,
+            "training": cfg.training,
+            "system": cfg.system,
+            "strategy": cfg.strategy,
+            "efficiency": cfg.efficiency,
+        },
     )
     paths = list(axes)
     tables = [sw.axis_table(p, axes[p]) for p in paths]
@@ -127,12 +145,22 @@ def _sweep_temp_bytes(sw, cfg, axes) -> int:
     inner_shape = shape[split:]
     inner_idx = np.indices(inner_shape).reshape(len(inner_shape), -1)
     itype = jnp.int64 if jax.config.jax_enable_x64 else jnp.int32
-    inner_vals = tuple(jnp.asarray(tables[split + a][inner_idx[a]]) for a in range(len(inner_shape)))
+    inner_vals = tuple(
+        jnp.asarray(tables[split + a][inner_idx[a]]) for a in range(len(inner_shape))
+    )
     devices = tuple(jax.devices())
     n_outer = int(np.prod(shape[:split]))
     n_steps = int(min(256, -(-n_outer // len(devices))))
     call = sw._compiled_call(
-        jax.tree_util.tree_structure(base), tuple(paths), shape, split, True, "step_time", 10, n_steps, devices
+        jax.tree_util.tree_structure(base),
+        tuple(paths),
+        shape,
+        split,
+        True,
+        "step_time",
+        10,
+        n_steps,
+        devices,
     )
     starts = jnp.arange(len(devices), dtype=itype) * n_steps
     lowered = call.lower(

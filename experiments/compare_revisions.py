@@ -62,7 +62,12 @@ def parse_evaluate(out: str) -> dict:
 
 def _worktree(rev: str) -> Path:
     d = Path(tempfile.mkdtemp(prefix="codesign-before-"))
-    subprocess.run(["git", "worktree", "add", "--detach", str(d), rev], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", str(d), rev],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     return d
 
 
@@ -70,8 +75,14 @@ def compare_evaluate(before: Path, repeats: int) -> list[str]:
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     for i in range(repeats):
         for name, tree in (("before", before), ("after", ROOT)):
-            runs[name].append(parse_evaluate(_run(tree, ["experiments/bench_evaluate.py", "--quick"], 900)))
-            print(f"  evaluate run {i + 1}/{repeats} {name}: {runs[name][-1]}", file=sys.stderr, flush=True)
+            runs[name].append(
+                parse_evaluate(_run(tree, ["experiments/bench_evaluate.py", "--quick"], 900))
+            )
+            print(
+                f"  evaluate run {i + 1}/{repeats} {name}: {runs[name][-1]}",
+                file=sys.stderr,
+                flush=True,
+            )
     lines = [
         f"bench_evaluate.py --quick, median of {repeats} alternating runs",
         "",
@@ -90,7 +101,9 @@ def compare_codesign(before: Path) -> list[str]:
     res = {}
     for name, tree in (("before", before), ("after", ROOT)):
         _run(tree, ["experiments/bench_codesign.py", "--quick"], 3600)
-        res[name] = json.loads((tree / "experiments" / "results" / "codesign_bench_quick.json").read_text())
+        res[name] = json.loads(
+            (tree / "experiments" / "results" / "codesign_bench_quick.json").read_text()
+        )
         print(f"  codesign {name}: done", file=sys.stderr, flush=True)
     lines = [
         "bench_codesign.py --quick (optimizer / exhaustive optimum; wall times in s)",
@@ -118,9 +131,15 @@ def compare_codesign(before: Path) -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--before", required=True, help="git revision to compare with (the working tree is 'after')")
-    ap.add_argument("--bench", nargs="+", default=["evaluate", "codesign"], choices=["evaluate", "codesign"])
-    ap.add_argument("--repeats", type=int, default=3, help="alternating runs of bench_evaluate (default 3)")
+    ap.add_argument(
+        "--before", required=True, help="git revision to compare with (the working tree is 'after')"
+    )
+    ap.add_argument(
+        "--bench", nargs="+", default=["evaluate", "codesign"], choices=["evaluate", "codesign"]
+    )
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="alternating runs of bench_evaluate (default 3)"
+    )
     ap.add_argument("--out", type=Path, help="also write the tables to this markdown file")
     args = ap.parse_args()
     before = _worktree(args.before)
@@ -131,7 +150,9 @@ def main() -> int:
         if "codesign" in args.bench:
             lines += compare_codesign(before) + [""]
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, capture_output=True)
+        subprocess.run(
+            ["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, capture_output=True
+        )
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -122,7 +122,9 @@ def main() -> int:
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--write", type=Path, help="write the snapshot here")
     g.add_argument("--compare", type=Path, help="compare with this snapshot")
-    ap.add_argument("--max-grid", type=int, default=3_000_000, help="sweep problems up to this grid size")
+    ap.add_argument(
+        "--max-grid", type=int, default=3_000_000, help="sweep problems up to this grid size"
+    )
     ap.add_argument("--rtol", type=float, default=1e-9)
     args = ap.parse_args()
     snap = snapshot(args.max_grid)

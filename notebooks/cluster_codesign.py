@@ -48,11 +48,11 @@ from codesign.search import (
     ExactEvaluator,
     Settings,
     distributed_sweep,
+    load_problem,
     optimize,
     random_search,
     valid_points,
 )
-from codesign.search import load_problem
 
 jax.config.update("jax_enable_x64", True)
 
@@ -93,9 +93,13 @@ if SMALL:  # a coarser grid, so that the exhaustive check below takes seconds
         pp=[1, 2, 4, 8],
         bandwidth={1: [12.5, 25, 50, 100], 2: [3.125, 6.25, 12.5, 25, 50]},
     )
-print(f"{pb.title}\nmode {pb.mode}, minimize {pb.objective}, capex <= {pb.capex_max_usd / 1e6:g} M$")
+print(
+    f"{pb.title}\nmode {pb.mode}, minimize {pb.objective}, capex <= {pb.capex_max_usd / 1e6:g} M$"
+)
 for axis, values in pb.exhaustive_axes().items():
-    print(f"  {axis:34s} {len(values):3d} values: {values if len(values) <= 6 else values[:3] + ['...'] + values[-2:]}")
+    print(
+        f"  {axis:34s} {len(values):3d} values: {values if len(values) <= 6 else values[:3] + ['...'] + values[-2:]}"
+    )
 print(f"grid: {pb.grid_size():,} points")
 
 # %% [markdown]
@@ -111,11 +115,16 @@ print(f"grid: {pb.grid_size():,} points")
 settings = Settings(steps=150, starts=12, polish_steps=0) if SMALL else Settings()
 t0 = time.perf_counter()
 res = optimize(pb, settings, seed=0)
-print(f"first call {time.perf_counter() - t0:.1f} s (relaxed {res.relaxed_wall_s:.1f} s, exact {res.exact_wall_s:.1f} s)")
+print(
+    f"first call {time.perf_counter() - t0:.1f} s (relaxed {res.relaxed_wall_s:.1f} s, exact {res.exact_wall_s:.1f} s)"
+)
 t0 = time.perf_counter()
 res = optimize(pb, settings, seed=0)
 print(f"again (compiled): {time.perf_counter() - t0:.2f} s")
-print("relaxed design of the best start:", {k: (round(v, 2) if isinstance(v, float) else v) for k, v in res.relaxed_point.items()})
+print(
+    "relaxed design of the best start:",
+    {k: (round(v, 2) if isinstance(v, float) else v) for k, v in res.relaxed_point.items()},
+)
 print(f"relaxed objective {res.relaxed_objective:.2f} days")
 
 # %%
@@ -124,9 +133,24 @@ steps = np.arange(1, h.shape[1] + 1)
 fig, ax = plt.subplots(figsize=(7, 4))
 for i in range(h.shape[0]):
     best = i == res.best_start
-    ax.semilogy(steps, h[i], color="C0" if best else "0.65", lw=1.8 if best else 0.7, zorder=3 if best else 1)
-ax.plot([steps[-1]], [res.rounded_objective], "v", color="C3", ms=9, label="rounded onto valid layouts (exact)")
-ax.plot([steps[-1]], [res.exact_objective], "*", color="C2", ms=13, label="after exact local search")
+    ax.semilogy(
+        steps,
+        h[i],
+        color="C0" if best else "0.65",
+        lw=1.8 if best else 0.7,
+        zorder=3 if best else 1,
+    )
+ax.plot(
+    [steps[-1]],
+    [res.rounded_objective],
+    "v",
+    color="C3",
+    ms=9,
+    label="rounded onto valid layouts (exact)",
+)
+ax.plot(
+    [steps[-1]], [res.exact_objective], "*", color="C2", ms=13, label="after exact local search"
+)
 ax.set_ylim(0.7 * res.exact_objective, 4 * res.exact_objective)
 ax.set_xlabel("Adam step")
 ax.set_ylabel("time to train, days (relaxed model)")
@@ -164,15 +188,21 @@ print(format_report(report_to_dict(res.report, res.config), res.config))
 # %%
 t0 = time.perf_counter()
 ex = distributed_sweep(pb, top_k=3, progress=False)
-print(f"exhaustive: {ex.num_points:,} points ({ex.num_valid:,} valid, {ex.num_feasible:,} feasible) in {time.perf_counter() - t0:.1f} s")
+print(
+    f"exhaustive: {ex.num_points:,} points ({ex.num_valid:,} valid, {ex.num_feasible:,} feasible) in {time.perf_counter() - t0:.1f} s"
+)
 print(f"exhaustive optimum {ex.best_values[0]:.4f} days at {ex.best()}")
-print(f"optimizer          {res.exact_objective:.4f} days with {res.num_exact_evals:,} exact evaluations "
-      f"(ratio {res.exact_objective / ex.best_values[0]:.4f})")
+print(
+    f"optimizer          {res.exact_objective:.4f} days with {res.num_exact_evals:,} exact evaluations "
+    f"(ratio {res.exact_objective / ex.best_values[0]:.4f})"
+)
 
 ev = ExactEvaluator(pb)
 vp = valid_points(pb, ev)
 rnd = [random_search(pb, res.num_exact_evals, seed=s, ev=ev, valid=vp)[0] for s in range(5)]
-print(f"random search with the same budget (5 seeds): {np.round(np.asarray(rnd) / ex.best_values[0], 4)} of the optimum")
+print(
+    f"random search with the same budget (5 seeds): {np.round(np.asarray(rnd) / ex.best_values[0], 4)} of the optimum"
+)
 
 # %% [markdown]
 # ## The Pareto front: cost against time to train
@@ -194,16 +224,27 @@ for b in budgets:
         continue
     rep = cd.evaluate(*r.config.specs())
     e = distributed_sweep(pb_b, top_k=1, progress=False)
-    front.append((b, float(rep.cost["time_to_train_days"]), float(rep.cost["cost_to_train_usd"]), r.exact_objective / e.best_values[0]))
-    print(f"{b / 1e6:6.0f} M$: {int(r.config.system.num_accelerators)} accelerators, "
-          f"{front[-1][1]:.1f} days, {front[-1][2] / 1e6:.2f} M$ to train (optimizer/exhaustive {front[-1][3]:.4f})")
+    front.append(
+        (
+            b,
+            float(rep.cost["time_to_train_days"]),
+            float(rep.cost["cost_to_train_usd"]),
+            r.exact_objective / e.best_values[0],
+        )
+    )
+    print(
+        f"{b / 1e6:6.0f} M$: {int(r.config.system.num_accelerators)} accelerators, "
+        f"{front[-1][1]:.1f} days, {front[-1][2] / 1e6:.2f} M$ to train (optimizer/exhaustive {front[-1][3]:.4f})"
+    )
 
 # %%
 fig, ax = plt.subplots(figsize=(6, 4))
 b, t, c, _ = map(np.asarray, zip(*front, strict=True))
 ax.plot(t, c / 1e6, "o-")
 for bi, ti, ci in zip(b, t, c, strict=True):
-    ax.annotate(f"{bi / 1e6:.0f} M$", (ti, ci / 1e6), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.annotate(
+        f"{bi / 1e6:.0f} M$", (ti, ci / 1e6), textcoords="offset points", xytext=(5, 4), fontsize=8
+    )
 ax.set_xlabel("time to train (days)")
 ax.set_ylabel("cost to train (M$)")
 ax.set_title("fastest design per capex budget")

@@ -13,6 +13,7 @@ Kept small (few rows, few steps) so that the whole module runs in well under a m
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import math
 from pathlib import Path
@@ -226,11 +227,12 @@ def test_explicit_efficiency_overrides_the_default():
 
 def test_every_accelerator_has_a_preset_with_provenance():
     cat = cd.config.catalog()
+    dates = set()
     for acc in cat["accelerators"]:
         t = cat["efficiency"][acc]
         for key in ("rows", "split", "date", "source", "note"):
             assert key in t, (acc, key)
-        assert t["date"] == "2026-11-30"
+        dates.add(datetime.date.fromisoformat(t["date"]))  # a real date, however old
         for f in dataclasses.fields(cd.Efficiency):
             if f.name in t:
                 assert math.isfinite(t[f.name]) and t[f.name] > 0
@@ -240,6 +242,7 @@ def test_every_accelerator_has_a_preset_with_provenance():
         cfg = cd.load_run_dict(_doc(accel=acc)) if acc.startswith(("a100", "h100")) else None
         if cfg is not None:
             assert cfg.names["efficiency"].startswith(acc)
+    assert len(dates) == 1, f"the presets come from one calibration run, got dates {sorted(dates)}"
 
 
 # --------------------------------------------------------------------------------------

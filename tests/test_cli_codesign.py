@@ -50,7 +50,14 @@ def problem(tmp_path_factory) -> Path:
 def _run(args, cache_dir, **env):
     e = {**os.environ, "CODESIGN_CACHE_DIR": str(cache_dir), "PYTHONPATH": str(ROOT), **env}
     e.pop("XLA_FLAGS", None)
-    p = subprocess.run([sys.executable, "-m", "codesign.cli", *args], capture_output=True, text=True, env=e, cwd=ROOT, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "codesign.cli", *args],
+        capture_output=True,
+        text=True,
+        env=e,
+        cwd=ROOT,
+        timeout=300,
+    )
     return p
 
 
@@ -60,7 +67,20 @@ def _json(stdout: str) -> dict:
 
 def test_parser_knows_the_commands():
     p = build_parser()
-    a = p.parse_args(["optimize", "x.toml", "--json", "--seed", "3", "--starts", "12", "--steps", "50", "--distributed"])
+    a = p.parse_args(
+        [
+            "optimize",
+            "x.toml",
+            "--json",
+            "--seed",
+            "3",
+            "--starts",
+            "12",
+            "--steps",
+            "50",
+            "--distributed",
+        ]
+    )
     assert (a.seed, a.starts, a.steps, a.json, a.distributed) == (3, 12, 50, True, True)
     a = p.parse_args(["sweep", "x.toml", "--top-k", "2", "--no-progress", "--no-compile-cache"])
     assert (a.top_k, a.no_progress, a.no_compile_cache, a.distributed) == (2, True, True, False)
@@ -72,13 +92,26 @@ def test_sweep_then_optimize_agree(problem, cache_dir):
     assert sw.returncode == 0, sw.stderr
     s = _json(sw.stdout)
     assert s["num_exact_evals"] == s["grid_size"] == 4 * 4 * 5 * 3 * 4 and s["num_feasible"] > 0
-    assert s["design"]["strategy"]["tp"] * s["design"]["strategy"]["pp"] * s["design"]["strategy"]["dp"] == 8
+    assert (
+        s["design"]["strategy"]["tp"]
+        * s["design"]["strategy"]["pp"]
+        * s["design"]["strategy"]["dp"]
+        == 8
+    )
     assert s["report"]["fits"] and s["objective_value"] == pytest.approx(s["report"]["step_time_s"])
 
     op = _run(["optimize", str(problem), "--starts", "12", "--steps", "100"], cache_dir)
     assert op.returncode == 0, op.stderr
     out = op.stdout
-    for text in ("system", "strategy", "step time", "objective", "relaxed objective", "exact evaluations", "wall time"):
+    for text in (
+        "system",
+        "strategy",
+        "step time",
+        "objective",
+        "relaxed objective",
+        "exact evaluations",
+        "wall time",
+    ):
         assert text in out
     assert "relaxed search" in op.stderr  # the tqdm progress bar
     # The compiled programs went to the on-disk cache.
@@ -93,6 +126,8 @@ def test_sweep_then_optimize_agree(problem, cache_dir):
 
 def test_bad_problem_exits_2(tmp_path, cache_dir):
     bad = tmp_path / "bad.toml"
-    bad.write_text('[model]\npreset = "llama3-8b"\n[training]\nglobal_batch = 8\n[system]\naccelerator = "h100-sxm5-80gb"\nnum_accelerators = 8\n[search]\nmode = "hardware"\n')
+    bad.write_text(
+        '[model]\npreset = "llama3-8b"\n[training]\nglobal_batch = 8\n[system]\naccelerator = "h100-sxm5-80gb"\nnum_accelerators = 8\n[search]\nmode = "hardware"\n'
+    )
     p = _run(["optimize", str(bad)], cache_dir)
     assert p.returncode == 2 and "search.mode" in p.stderr and "Traceback" not in p.stderr

@@ -242,6 +242,10 @@ def test_memory_independent_of_bandwidth():
     r1 = cd.evaluate(*cfg.specs())
     tiers = (cfg.system.tiers[0], dataclasses.replace(cfg.system.tiers[1], bandwidth_gbps=5.0))
     r2 = cd.evaluate(
-        cfg.model, cfg.training, dataclasses.replace(cfg.system, tiers=tiers), cfg.strategy, cfg.efficiency
+        cfg.model,
+        cfg.training,
+        dataclasses.replace(cfg.system, tiers=tiers),
+        cfg.strategy,
+        cfg.efficiency,
     )
     assert float(r1.memory_gb["total"]) == float(r2.memory_gb["total"])

@@ -23,7 +23,12 @@ from codesign.search import (
     valid_points,
 )
 
-PROBLEM = Path(__file__).resolve().parent.parent / "experiments" / "problems" / "llama3-8b-64xh100-step.toml"
+PROBLEM = (
+    Path(__file__).resolve().parent.parent
+    / "experiments"
+    / "problems"
+    / "llama3-8b-64xh100-step.toml"
+)
 SETTINGS = Settings(steps=200, starts=12)
 
 
@@ -78,9 +83,14 @@ def test_reaches_exhaustive_optimum(problem, result, exhaustive):
     assert result.num_exact_evals < exhaustive.num_valid / 2
     assert math.isfinite(result.relaxed_objective) and abs(result.gap) < 0.15
     # The histories describe every start and step; the exact trace only improves.
-    assert result.history.shape == result.objective_history.shape == (SETTINGS.starts, SETTINGS.steps)
+    assert (
+        result.history.shape == result.objective_history.shape == (SETTINGS.starts, SETTINGS.steps)
+    )
     trace = [v for _, v in result.exact_trace]
-    assert all(b <= a for a, b in zip(trace, trace[1:], strict=False)) and trace[-1] == result.exact_objective
+    assert (
+        all(b <= a for a, b in zip(trace, trace[1:], strict=False))
+        and trace[-1] == result.exact_objective
+    )
     # Every start had one (recompute, zero) combination, and all 12 were covered.
     assert len(set(result.start_combos)) == 12
 
@@ -100,7 +110,9 @@ def test_discretization_valid_and_feasible(problem, result):
     _assert_valid_feasible(problem, result)
     # A harder variant with the same structure (no recompilation): 40 GB of HBM.
     cfg = problem.cfg
-    small = dataclasses.replace(cfg.system, accelerator=dataclasses.replace(cfg.system.accelerator, hbm_gb=40.0))
+    small = dataclasses.replace(
+        cfg.system, accelerator=dataclasses.replace(cfg.system.accelerator, hbm_gb=40.0)
+    )
     pb40 = dataclasses.replace(problem, cfg=dataclasses.replace(cfg, system=small))
     res = optimize(pb40, SETTINGS, seed=0)
     _assert_valid_feasible(pb40, res)
@@ -115,7 +127,9 @@ def test_layouts_are_the_valid_points(problem, exhaustive):
     disc = Discretizer(problem, ev)
     # Validity does not depend on recompute or ZeRO: valid layouts x 12 = the sweep's count.
     assert len(disc.layouts) * 12 == exhaustive.num_valid
-    assert ev.is_valid(np.stack([disc.compose(i, (0, 0), ()) for i in range(len(disc.layouts))])).all()
+    assert ev.is_valid(
+        np.stack([disc.compose(i, (0, 0), ()) for i in range(len(disc.layouts))])
+    ).all()
     # Rounding a relaxed point near tp=3, pp=1, mb=4 gives the nearest valid layouts first.
     z = {"tp": np.log2(3.0), "pp": 0.0, "cp": 0.0, "mb": 2.0, "bw": np.array([450.0, 50.0])}
     cands = disc.round(z, [(0, 0)], k=2, k_all=0)
@@ -125,7 +139,11 @@ def test_layouts_are_the_valid_points(problem, exhaustive):
     # Neighbours stay on the grid and differ from the point.
     p0 = cands[0]
     nb = disc.neighbours(p0, 8)
-    assert nb and p0 not in nb and all(0 <= i < n for q in nb for i, n in zip(q, ev.shape, strict=True))
+    assert (
+        nb
+        and p0 not in nb
+        and all(0 <= i < n for q in nb for i, n in zip(q, ev.shape, strict=True))
+    )
 
 
 def test_random_search_samples_valid_points(problem, exhaustive):
@@ -136,5 +154,6 @@ def test_random_search_samples_valid_points(problem, exhaustive):
     assert best >= float(exhaustive.best_values[0])
     assert random_search(problem, 50, seed=3, ev=ev, valid=vp)[0] == best
     # With every valid point in the budget, random search is the exhaustive search.
-    assert random_search(problem, len(vp), seed=0, ev=ev, valid=vp)[0] == pytest.approx(float(exhaustive.best_values[0]), rel=1e-12)
-
+    assert random_search(problem, len(vp), seed=0, ev=ev, valid=vp)[0] == pytest.approx(
+        float(exhaustive.best_values[0]), rel=1e-12
+    )

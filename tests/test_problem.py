@@ -83,13 +83,22 @@ def test_ranges_and_fixed_values():
     "search, field",
     [
         ({"mode": "strategy", "num_accelerators": [32, 64]}, "search.mode"),
-        ({"mode": "hardware", "tp": [1, 2], "tiers": [{"index": 1, "bandwidth_gbps": [10, 20]}]}, "search.tp"),
+        (
+            {"mode": "hardware", "tp": [1, 2], "tiers": [{"index": 1, "bandwidth_gbps": [10, 20]}]},
+            "search.tp",
+        ),
         ({"mode": "hardware"}, "search.mode"),
         ({"mode": "both"}, "search.mode"),
         ({"ep": [1, 2]}, "search.ep"),
         ({"tiers": [{"index": 5, "bandwidth_gbps": [10, 20]}]}, "search.tiers.index"),
-        ({"tiers": [{"index": 1, "bandwidth_gbps": {"min": 10, "max": 5, "num": 3}}]}, "search.tiers[1].bandwidth_gbps"),
-        ({"tiers": [{"index": 1, "bandwidth_gbps": {"min": 10, "max": 50}}]}, "search.tiers[1].bandwidth_gbps.num"),
+        (
+            {"tiers": [{"index": 1, "bandwidth_gbps": {"min": 10, "max": 5, "num": 3}}]},
+            "search.tiers[1].bandwidth_gbps",
+        ),
+        (
+            {"tiers": [{"index": 1, "bandwidth_gbps": {"min": 10, "max": 50}}]},
+            "search.tiers[1].bandwidth_gbps.num",
+        ),
         ({"bandwidth": [1]}, "search.bandwidth"),
     ],
 )

@@ -32,7 +32,9 @@ def test_readme_has_snippets_with_output():
     assert SNIPPETS, "no ```python block followed by its printed output in the README"
 
 
-@pytest.mark.parametrize("code,expected", SNIPPETS, ids=[f"snippet{i}" for i in range(len(SNIPPETS))])
+@pytest.mark.parametrize(
+    "code,expected", SNIPPETS, ids=[f"snippet{i}" for i in range(len(SNIPPETS))]
+)
 def test_python_snippet_prints_what_the_readme_shows(code: str, expected: str):
     assert _run([sys.executable, "-c", code]) == expected
 

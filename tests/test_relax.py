@@ -38,7 +38,11 @@ def _objectives(r):
     )
 
 
-@pytest.mark.parametrize("st", INTEGER_POINTS, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items() if k != "placement"))
+@pytest.mark.parametrize(
+    "st",
+    INTEGER_POINTS,
+    ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items() if k != "placement"),
+)
 def test_relaxed_converges_to_exact_at_integer_points(st):
     cfg = cd.load_run_dict({**BASE_DOC, "strategy": st})
     exact = _objectives(_eval(*cfg.specs()))
@@ -140,7 +144,9 @@ def test_fixed_variables_keep_their_values():
         p = relax.init_params(jax.random.key(seed), space, scale=3.0)
         assert set(p) == {"bw"}
         st = relax.to_specs(p, space, box, base)["strategy"]
-        assert (float(st.tp), float(st.pp), float(st.dp), float(st.microbatch)) == pytest.approx((4.0, 2.0, 8.0, 2.0))
+        assert (float(st.tp), float(st.pp), float(st.dp), float(st.microbatch)) == pytest.approx(
+            (4.0, 2.0, 8.0, 2.0)
+        )
         np.testing.assert_allclose(np.asarray(st.recompute), [0, 0, 1])
         np.testing.assert_allclose(np.asarray(st.zero), [0, 0, 0, 1])
         bw = relax.to_specs(p, space, box, base)["system"].tiers
@@ -161,7 +167,9 @@ def test_gradients_finite_in_design_box():
 
     @jax.jit
     def vg(p, tau, rho):
-        return jax.vmap(jax.value_and_grad(relax.loss), in_axes=(0, 0, 0, None, None, None))(p, tau, rho, space, box, base)
+        return jax.vmap(jax.value_and_grad(relax.loss), in_axes=(0, 0, 0, None, None, None))(
+            p, tau, rho, space, box, base
+        )
 
     val, g = vg(params, taus, rhos)
     assert bool(jnp.all(jnp.isfinite(val)))

@@ -28,14 +28,21 @@ def _config(tp, pp, dp, cp, ep, mb, v, n, domain, moe):
     base = small_config()
     m = base.model
     if moe:
-        m = dataclasses.replace(m, moe_experts=8.0, moe_top_k=2.0, moe_ffn_hidden=1024.0, moe_layers=m.layers)
+        m = dataclasses.replace(
+            m, moe_experts=8.0, moe_top_k=2.0, moe_ffn_hidden=1024.0, moe_layers=m.layers
+        )
     tiers = (dataclasses.replace(base.system.tiers[0], domain=float(domain)), base.system.tiers[1])
     tiers = (tiers[0], dataclasses.replace(tiers[1], domain=float(max(n, domain))))
     sy = dataclasses.replace(base.system, num_accelerators=float(n), tiers=tiers)
     st = dataclasses.replace(
         base.strategy,
-        tp=float(tp), pp=float(pp), dp=float(dp), cp=float(cp), ep=float(ep),
-        microbatch=float(mb), interleave=float(v),
+        tp=float(tp),
+        pp=float(pp),
+        dp=float(dp),
+        cp=float(cp),
+        ep=float(ep),
+        microbatch=float(mb),
+        interleave=float(v),
     )
     return m, base.training, sy, st
 
@@ -78,7 +85,13 @@ def test_agreement_in_one_vmapped_batch():
     cfgs = [_config(*p) for p in pts]
     host = np.array([_host_ok(*c) for c in cfgs])
     batch = jax.tree.map(lambda *x: jnp.stack([jnp.asarray(v) for v in x]), *cfgs)
-    mask = jax.jit(jax.vmap(lambda m, tr, sy, st: rules.valid_mask({"model": m, "training": tr, "system": sy, "strategy": st})))(*batch)
+    mask = jax.jit(
+        jax.vmap(
+            lambda m, tr, sy, st: rules.valid_mask(
+                {"model": m, "training": tr, "system": sy, "strategy": st}
+            )
+        )
+    )(*batch)
     assert host.any() and not host.all(), "the sample should hold valid and invalid points"
     np.testing.assert_array_equal(host, np.asarray(mask))
 

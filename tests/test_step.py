@@ -602,10 +602,17 @@ def test_full_recompute_by_hand(factor):
         d = 1 / (1 / m_ + 1 / n_ + 1 / k_)
         return 2 * m_ * n_ * k_ / (peak * eff.gemm_max * d / (d + eff.gemm_half_dim))
 
-    gemm = g(tokens, 3 * h / tp, h) + g(tokens, h, h / tp) + g(tokens, 4 * h / tp, h) + g(tokens, h, 4 * h / tp)
+    gemm = (
+        g(tokens, 3 * h / tp, h)
+        + g(tokens, h, h / tp)
+        + g(tokens, 4 * h / tp, h)
+        + g(tokens, h, 4 * h / tp)
+    )
     attention = 4 * tokens * s_len * h / tp / (peak * eff.attention_eff)
     elementwise = eff.elementwise_traffic * (34 * s_len * h / tp) / hbm
-    assert math.isclose(b["recompute"], n_mb * lps * factor * (gemm + attention + elementwise), rel_tol=1e-12)
+    assert math.isclose(
+        b["recompute"], n_mb * lps * factor * (gemm + attention + elementwise), rel_tol=1e-12
+    )
     assert b["forward"] == b_sel["forward"] and b["backward"] == b_sel["backward"]
     # Selective recomputation (attention core only) does not use the factor.
     assert math.isclose(b_sel["recompute"], n_mb * lps * attention, rel_tol=1e-12)

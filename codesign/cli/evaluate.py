@@ -37,7 +37,9 @@ def _cmd_presets(args) -> int:
 def register(sub) -> None:
     """Add ``evaluate`` and ``presets`` to the ``codesign`` command line."""
     e = sub.add_parser("evaluate", help="evaluate one training step of a run TOML")
-    e.add_argument("run", help="run TOML file ([model], [training], [system], [[system.tiers]], [strategy])")
+    e.add_argument(
+        "run", help="run TOML file ([model], [training], [system], [[system.tiers]], [strategy])"
+    )
     e.add_argument("--json", action="store_true", help="print the report as JSON")
     e.set_defaults(func=_cmd_evaluate)
     pr = sub.add_parser("presets", help="list the catalog's presets")

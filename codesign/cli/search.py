@@ -33,7 +33,9 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> str:
     """
     import jax
 
-    d = Path(path or os.environ.get("CODESIGN_CACHE_DIR") or Path.home() / ".cache" / "codesign" / "jax").expanduser()
+    d = Path(
+        path or os.environ.get("CODESIGN_CACHE_DIR") or Path.home() / ".cache" / "codesign" / "jax"
+    ).expanduser()
     d.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(d))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
@@ -49,7 +51,11 @@ def _describe_problem(pb: Problem) -> list[str]:
         cons.append(f"power <= {pb.power_max_kw:g} kW")
     cons.append("memory fit")
     axes = pb.exhaustive_axes()
-    free = [k.split(".")[-1] if not k.startswith("system.tiers") else f"bw[{k[13:k.index(']')]}]" for k, v in axes.items() if len(v) > 1]
+    free = [
+        k.split(".")[-1] if not k.startswith("system.tiers") else f"bw[{k[13 : k.index(']')]}]"
+        for k, v in axes.items()
+        if len(v) > 1
+    ]
     return [
         f"problem   {pb.title or pb.name}",
         f"mode      {pb.mode}; minimize {pb.objective}; subject to {', '.join(cons)}",
@@ -76,7 +82,12 @@ def _describe_design(cfg: RunConfig) -> list[str]:
     ]
 
 
-_UNITS = {"step_time": "s", "time_to_train": "days", "cost_to_train": "USD", "usd_per_token": "USD/token"}
+_UNITS = {
+    "step_time": "s",
+    "time_to_train": "days",
+    "cost_to_train": "USD",
+    "usd_per_token": "USD/token",
+}
 
 
 def _fmt_obj(objective: str, v: float) -> str:
@@ -94,11 +105,18 @@ def _design_dict(cfg: RunConfig) -> dict:
         "num_accelerators": int(n),
         "accelerator": cfg.names["accelerator"],
         "tiers": [
-            {"name": name, "bandwidth_gbps": float(t.bandwidth_gbps), "domain": int(min(float(t.domain), n))}
+            {
+                "name": name,
+                "bandwidth_gbps": float(t.bandwidth_gbps),
+                "domain": int(min(float(t.domain), n)),
+            }
             for name, t in zip(cfg.names["tiers"], sy.tiers, strict=True)
         ],
         "strategy": {
-            **{k: int(getattr(st, k)) for k in ("tp", "pp", "dp", "cp", "ep", "microbatch", "interleave")},
+            **{
+                k: int(getattr(st, k))
+                for k in ("tp", "pp", "dp", "cp", "ep", "microbatch", "interleave")
+            },
             "recompute": RECOMPUTE_MODES[int(st.recompute.argmax())],
             "zero": int(st.zero.argmax()),
         },
@@ -129,7 +147,17 @@ def _why_infeasible(pb: Problem, counts: dict | None, points: int) -> str:
     )
 
 
-def _print_result(args, pb: Problem, kind: str, cfg, report, objective: float, extra: dict, lines: list[str], why: str = "") -> None:
+def _print_result(
+    args,
+    pb: Problem,
+    kind: str,
+    cfg,
+    report,
+    objective: float,
+    extra: dict,
+    lines: list[str],
+    why: str = "",
+) -> None:
     if getattr(args, "distributed", False):
         import jax
 
@@ -194,7 +222,9 @@ def _cmd_optimize(args) -> int:
         starts=args.starts if args.starts is not None else Settings.starts,
     )
     t0 = time.perf_counter()
-    res = optimize(pb, settings, seed=args.seed, progress=_show_progress(args), distributed=args.distributed)
+    res = optimize(
+        pb, settings, seed=args.seed, progress=_show_progress(args), distributed=args.distributed
+    )
     wall = time.perf_counter() - t0
     extra = {
         "relaxed_objective": res.relaxed_objective,
@@ -218,7 +248,9 @@ def _cmd_optimize(args) -> int:
         "includes compilation unless cached)",
     ]
     why = "" if res.config is not None else _why_infeasible(pb, None, pb.grid_size())
-    _print_result(args, pb, "optimize", res.config, res.report, res.exact_objective, extra, lines, why)
+    _print_result(
+        args, pb, "optimize", res.config, res.report, res.exact_objective, extra, lines, why
+    )
     return 0 if res.config is not None else 1
 
 
@@ -229,7 +261,9 @@ def _cmd_sweep(args) -> int:
 
     pb = load_problem(args.problem)
     t0 = time.perf_counter()
-    res = distributed_sweep(pb, top_k=args.top_k, progress=_show_progress(args), distributed=args.distributed)
+    res = distributed_sweep(
+        pb, top_k=args.top_k, progress=_show_progress(args), distributed=args.distributed
+    )
     wall = time.perf_counter() - t0
     if len(res.best_values):
         cfg = res.config(0, pb.cfg)
@@ -238,7 +272,10 @@ def _cmd_sweep(args) -> int:
     else:
         cfg, report, best = None, None, math.inf
     top = [
-        {"objective": float(v), "point": {k: (x if isinstance(x, str) else float(x)) for k, x in res.point(i).items()}}
+        {
+            "objective": float(v),
+            "point": {k: (x if isinstance(x, str) else float(x)) for k, x in res.point(i).items()},
+        }
         for i, v in enumerate(res.best_values)
     ]
     extra = {
@@ -256,7 +293,10 @@ def _cmd_sweep(args) -> int:
         f"wall time          {wall:.2f} s  (sweep {res.wall_s:.2f} s; includes compilation unless cached)",
     ]
     if len(res.best_values) > 1:
-        lines.append("runners-up         " + ", ".join(_fmt_obj(pb.objective, float(v)) for v in res.best_values[1:]))
+        lines.append(
+            "runners-up         "
+            + ", ".join(_fmt_obj(pb.objective, float(v)) for v in res.best_values[1:])
+        )
     why = "" if cfg is not None else _why_infeasible(pb, res.counts, res.num_points)
     _print_result(args, pb, "sweep", cfg, report, best, extra, lines, why)
     return 0 if cfg is not None else 1
@@ -272,18 +312,33 @@ def _common_args(p) -> None:
         help="run over several hosts: jax.distributed.initialize() from CODESIGN_COORDINATOR, "
         "CODESIGN_NUM_PROCESSES, CODESIGN_PROCESS_ID (or the cluster's own environment)",
     )
-    p.add_argument("--no-compile-cache", action="store_true", help="do not use the on-disk compilation cache")
+    p.add_argument(
+        "--no-compile-cache", action="store_true", help="do not use the on-disk compilation cache"
+    )
 
 
 def register(subparsers) -> None:
     """Add ``optimize`` and ``sweep`` to the ``codesign`` command line."""
-    o = subparsers.add_parser("optimize", help="co-design by gradient descent + exact discretization")
+    o = subparsers.add_parser(
+        "optimize", help="co-design by gradient descent + exact discretization"
+    )
     _common_args(o)
     o.add_argument("--seed", type=int, default=0, help="PRNG seed of the multi-start (default 0)")
-    o.add_argument("--starts", type=positive_int, default=None, help="random starts (default 24; 12 or more gives every recompute x ZeRO combination a start)")
-    o.add_argument("--steps", type=positive_int, default=None, help="Adam steps per start (default 300)")
+    o.add_argument(
+        "--starts",
+        type=positive_int,
+        default=None,
+        help="random starts (default 24; 12 or more gives every recompute x ZeRO combination a start)",
+    )
+    o.add_argument(
+        "--steps", type=positive_int, default=None, help="Adam steps per start (default 300)"
+    )
     o.set_defaults(func=_cmd_optimize)
-    s = subparsers.add_parser("sweep", help="exhaustive exact sweep of the problem's grid (the ground truth)")
+    s = subparsers.add_parser(
+        "sweep", help="exhaustive exact sweep of the problem's grid (the ground truth)"
+    )
     _common_args(s)
-    s.add_argument("--top-k", type=positive_int, default=5, help="how many best points to keep (default 5)")
+    s.add_argument(
+        "--top-k", type=positive_int, default=5, help="how many best points to keep (default 5)"
+    )
     s.set_defaults(func=_cmd_sweep)

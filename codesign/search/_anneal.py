@@ -73,7 +73,6 @@ class Settings:
     polish_starts: int = 4
 
 
-
 def _optimizer(s: Settings):
     lr = optax.cosine_decay_schedule(s.lr, s.steps, alpha=s.lr_final_frac)
     opt = optax.chain(optax.clip_by_global_norm(s.clip), optax.adam(lr))
@@ -102,7 +101,9 @@ def _compiled_segment(settings: Settings, length: int, space: relax.Space):
     def one(p, st, t0, box, base):
         def body(carry, t):
             p, st = carry
-            (val, aux), g = jax.value_and_grad(relax.loss_and_aux, has_aux=True)(p, tau_sched(t), rho_sched(t), space, box, base)
+            (val, aux), g = jax.value_and_grad(relax.loss_and_aux, has_aux=True)(
+                p, tau_sched(t), rho_sched(t), space, box, base
+            )
             upd, st = opt.update(g, st, p)
             z = {k: v for k, v in aux["z"].items() if k != "bw"}
             out = (val, aux["objective"], jnp.max(aux["violations"]), z, aux["z"]["bw"])
@@ -120,7 +121,14 @@ def categorical_combos(problem: Problem) -> list[tuple]:
     return list(itertools.product(sv["recompute"], sv["zero"]))
 
 
-def relaxed_search(problem: Problem, settings: Settings = Settings(), seed: int = 0, progress=None, key=None, space=None) -> dict:
+def relaxed_search(
+    problem: Problem,
+    settings: Settings = Settings(),
+    seed: int = 0,
+    progress=None,
+    key=None,
+    space=None,
+) -> dict:
     """Run the multi-start relaxed optimization; host arrays per start.
 
     ``progress`` is an optional callable ``progress(done_steps)`` called after each segment.
@@ -136,11 +144,17 @@ def relaxed_search(problem: Problem, settings: Settings = Settings(), seed: int 
         combos = [allowed[i % len(allowed)] for i in range(k)]
         rec = np.stack([np.eye(3)[RECOMPUTE_MODES.index(c[0])] for c in combos])
         zer = np.stack([np.eye(4)[ZERO_STAGES.index(c[1])] for c in combos])
-        boxes = dataclasses.replace(boxes, recompute_mask=jnp.asarray(rec), zero_mask=jnp.asarray(zer))
+        boxes = dataclasses.replace(
+            boxes, recompute_mask=jnp.asarray(rec), zero_mask=jnp.asarray(zer)
+        )
     key = jax.random.key(seed) if key is None else key
     keys = jax.random.split(key, k)
     p, st = _compiled_init(settings, space)(keys)
-    segs = settings.segments if settings.segments > 0 and settings.steps % settings.segments == 0 else 1
+    segs = (
+        settings.segments
+        if settings.segments > 0 and settings.steps % settings.segments == 0
+        else 1
+    )
     length = settings.steps // segs
     fn = _compiled_segment(settings, length, space)
     hists = []

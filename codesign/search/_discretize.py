@@ -62,7 +62,9 @@ class Discretizer:
         self.layout_axes = [a for a, p in enumerate(paths) if p in _ZKEY]
         self.cat_axes = [a for a, p in enumerate(paths) if p in _CATEGORICAL]
         self.bw_axes = [a for a, p in enumerate(paths) if p.startswith("system.tiers[")]
-        self.bw_tier = [int(paths[a][len("system.tiers[") : paths[a].index("]")]) for a in self.bw_axes]
+        self.bw_tier = [
+            int(paths[a][len("system.tiers[") : paths[a].index("]")]) for a in self.bw_axes
+        ]
         shape = [ev.shape[a] for a in self.layout_axes]
         grid = np.indices(shape).reshape(len(shape), -1).T if shape else np.zeros((1, 0), np.int64)
         full = np.zeros((grid.shape[0], len(paths)), np.int64)
@@ -73,7 +75,11 @@ class Discretizer:
         self.layouts = grid[ok]
         """(M, num_layout_axes) index rows of the valid layouts."""
         logs = [np.log2(np.asarray(ev.values[a], dtype=float)) for a in self.layout_axes]
-        self.coords = np.stack([logs[j][self.layouts[:, j]] for j in range(len(logs))], axis=1) if logs else np.zeros((len(self.layouts), 0))
+        self.coords = (
+            np.stack([logs[j][self.layouts[:, j]] for j in range(len(logs))], axis=1)
+            if logs
+            else np.zeros((len(self.layouts), 0))
+        )
         self._index = {tuple(r): i for i, r in enumerate(self.layouts)}
         self._near: dict[int, np.ndarray] = {}
 
@@ -119,18 +125,26 @@ class Discretizer:
         out = []
         for a in self.cat_axes:
             name = self.ev.paths[a]
-            out.append(self.ev.values[a].index(combo[0] if name == "strategy.recompute" else combo[1]))
+            out.append(
+                self.ev.values[a].index(combo[0] if name == "strategy.recompute" else combo[1])
+            )
         return tuple(out)
 
-    def round(self, z: dict, cats: list[tuple], k: int, radius: int = 0, k_all: int = 2) -> list[tuple]:
+    def round(
+        self, z: dict, cats: list[tuple], k: int, radius: int = 0, k_all: int = 2
+    ) -> list[tuple]:
         """Candidates around one relaxed point: the ``k`` nearest valid layouts x the given
         categorical index tuples x the bracketing bandwidths (+- ``radius`` grid steps), and
         every categorical combination on the ``k_all`` nearest layouts."""
         lays = self.nearest(self.relaxed_coord(z), k)
-        bws = list(itertools.product(*[
-            bracket(self.ev.values[a], float(np.asarray(z["bw"])[t]), radius)
-            for a, t in zip(self.bw_axes, self.bw_tier, strict=True)
-        ]))
+        bws = list(
+            itertools.product(
+                *[
+                    bracket(self.ev.values[a], float(np.asarray(z["bw"])[t]), radius)
+                    for a, t in zip(self.bw_axes, self.bw_tier, strict=True)
+                ]
+            )
+        )
         out = [self.compose(int(lay), c, b) for lay in lays for c in cats for b in bws]
         all_cats = list(itertools.product(*[range(self.ev.shape[a]) for a in self.cat_axes]))
         out += [self.compose(int(lay), c, b) for lay in lays[:k_all] for c in all_cats for b in bws]

@@ -30,9 +30,11 @@ them, ``jax.distributed.initialize()`` detects SLURM, Open MPI or a TPU pod by i
 The grid is dealt out by process rather than sharded over a global mesh, so no collective
 runs during the sweep and results never have to be fetched from another host's devices.
 A single process with ``--distributed`` (``CODESIGN_NUM_PROCESSES=1``) gives the same
-result as without it.  Checked on one machine with two processes (``127.0.0.1`` as the
-coordinator, CPU collectives over gloo): the sweep's optimum, counts and top-k equal the
-single-process sweep's.  Not tested across real hosts.
+result as without it.  ``tests/test_distributed.py`` runs two real processes on one machine
+(``127.0.0.1`` as the coordinator, CPU collectives over gloo) and checks that the sweep's
+optimum, top-k, counts and profiles equal the single-process sweep's and that the
+optimizer's merge returns the best of the two processes' designs on both, with the exact
+evaluations summed.  Not tested across physical hosts.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ import numpy as np
 
 from codesign.search._evaluator import CHECKS
 from codesign.search._problem import Problem
-from codesign.specs import SpecError
 from codesign.search._sweep import SweepResult, sweep
+from codesign.specs import SpecError
 
 __all__ = ["initialize_distributed", "allgather_best", "distributed_sweep"]
 
@@ -62,16 +64,22 @@ def initialize_distributed() -> None:
         n = _env_int("CODESIGN_NUM_PROCESSES", "1", "a positive integer (how many processes)")
         if n < 1:
             raise SpecError("CODESIGN_NUM_PROCESSES", n, "a positive integer (how many processes)")
-        rank = _env_int("CODESIGN_PROCESS_ID", "0", f"this process's rank, an integer in [0, {n - 1}]")
+        rank = _env_int(
+            "CODESIGN_PROCESS_ID", "0", f"this process's rank, an integer in [0, {n - 1}]"
+        )
         if not 0 <= rank < n:
-            raise SpecError("CODESIGN_PROCESS_ID", rank, f"this process's rank, an integer in [0, {n - 1}]")
+            raise SpecError(
+                "CODESIGN_PROCESS_ID", rank, f"this process's rank, an integer in [0, {n - 1}]"
+            )
         kw["num_processes"], kw["process_id"] = n, rank
     if env.get("CODESIGN_LOCAL_DEVICE_IDS"):
         try:
             kw["local_device_ids"] = [int(x) for x in env["CODESIGN_LOCAL_DEVICE_IDS"].split(",")]
         except ValueError:
             raise SpecError(
-                "CODESIGN_LOCAL_DEVICE_IDS", env["CODESIGN_LOCAL_DEVICE_IDS"], "comma-separated integers"
+                "CODESIGN_LOCAL_DEVICE_IDS",
+                env["CODESIGN_LOCAL_DEVICE_IDS"],
+                "comma-separated integers",
             ) from None
     try:
         jax.distributed.initialize(**kw)
@@ -108,11 +116,20 @@ def allgather_best(pt: tuple, val: float, n_evals: int, relaxed: float):
         }
     )
     j = int(np.argmin(g["val"]))
-    return tuple(int(i) for i in g["pt"][j]), float(g["val"][j]), int(np.sum(g["n"])), float(g["relaxed"][j])
+    return (
+        tuple(int(i) for i in g["pt"][j]),
+        float(g["val"][j]),
+        int(np.sum(g["n"])),
+        float(g["relaxed"][j]),
+    )
 
 
 def distributed_sweep(
-    problem: Problem, top_k: int = 5, progress: bool = True, distributed: bool = False, block_size: int = 4096
+    problem: Problem,
+    top_k: int = 5,
+    progress: bool = True,
+    distributed: bool = False,
+    block_size: int = 4096,
 ) -> SweepResult:
     """The exhaustive sweep of ``problem``; with ``distributed`` and several processes, each
     process sweeps its share of the outermost axis on its local devices and the results are
@@ -164,7 +181,9 @@ def distributed_sweep(
         bv, bi = np.full(top_k, np.inf), np.full(top_k, -1, np.int64)
         prof = [np.full(n, np.inf) for n in shape]
         counts, wall = np.zeros(len(CHECKS), np.int64), 0.0
-    g = multihost_utils.process_allgather({"bv": bv, "bi": bi, "prof": prof, "counts": counts, "wall": np.asarray(wall)})
+    g = multihost_utils.process_allgather(
+        {"bv": bv, "bi": bi, "prof": prof, "counts": counts, "wall": np.asarray(wall)}
+    )
     allv, alli = np.asarray(g["bv"]).ravel(), np.asarray(g["bi"]).ravel()
     order = np.argsort(allv, kind="stable")[:top_k]
     keep = order[np.isfinite(allv[order])]

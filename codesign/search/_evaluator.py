@@ -42,7 +42,12 @@ def exact_point(specs: dict, bounds, objective: str):
     invalid.  ``bounds = (capex_max_usd, power_max_kw)``.
     """
     r = evaluate_unchecked(
-        specs["model"], specs["training"], specs["system"], specs["strategy"], specs["efficiency"], EXACT
+        specs["model"],
+        specs["training"],
+        specs["system"],
+        specs["strategy"],
+        specs["efficiency"],
+        EXACT,
     )
     valid = valid_mask(specs)
     feas = valid & feasible(r, bounds[0], bounds[1])
@@ -110,10 +115,14 @@ class ExactEvaluator:
         self.tables = [np.asarray(axis_table(p, v)) for p, v in self.axes.items()]
         self.shape = tuple(len(v) for v in self.values)
         self.base = base_specs(problem.cfg)
-        self.bounds = jnp.asarray([problem.capex_max_usd, problem.power_max_kw], dtype=jnp.result_type(float))
+        self.bounds = jnp.asarray(
+            [problem.capex_max_usd, problem.power_max_kw], dtype=jnp.result_type(float)
+        )
         self.reset()
         specs = specs_of(problem.cfg)
-        self._defaults = {p: np.asarray(get_leaf(specs, p), dtype=float) for p in _leaf_paths(problem.num_tiers)}
+        self._defaults = {
+            p: np.asarray(get_leaf(specs, p), dtype=float) for p in _leaf_paths(problem.num_tiers)
+        }
 
     def reset(self) -> None:
         """Forget every memoized point and the evaluation count."""

@@ -45,7 +45,9 @@ def _split(path: str) -> list:
     for p in path.split("."):
         m = _PATH_RE.match(p)
         if not m:
-            raise SpecError("sweep axis", path, "a dotted leaf path like system.tiers[1].bandwidth_gbps")
+            raise SpecError(
+                "sweep axis", path, "a dotted leaf path like system.tiers[1].bandwidth_gbps"
+            )
         parts.append(m.group(1))
         if m.group(3) is not None:
             parts.append(int(m.group(3)))
@@ -78,7 +80,9 @@ def set_leaf(specs: dict, path: str, value) -> dict:
     try:
         get_leaf(specs, path)
     except (AttributeError, KeyError, IndexError, TypeError):
-        raise SpecError("sweep axis", path, "a leaf path of model/training/system/strategy/efficiency") from None
+        raise SpecError(
+            "sweep axis", path, "a leaf path of model/training/system/strategy/efficiency"
+        ) from None
     return _set(specs, _split(path), value)
 
 
@@ -123,7 +127,9 @@ def config_at(cfg: RunConfig, point: dict, derive_dp: bool = True) -> RunConfig:
     specs = specs_of(cfg)
     for path, value in point.items():
         specs = set_leaf(specs, path, jnp.asarray(axis_table(path, [value])[0]))
-    specs = jax.tree_util.tree_map(lambda x: np.asarray(x, dtype=float) if np.ndim(x) else float(x), specs)
+    specs = jax.tree_util.tree_map(
+        lambda x: np.asarray(x, dtype=float) if np.ndim(x) else float(x), specs
+    )
     if derive_dp and "strategy.dp" not in point:
         specs = with_derived_dp(specs, np)
         specs["strategy"] = dataclasses.replace(specs["strategy"], dp=float(specs["strategy"].dp))

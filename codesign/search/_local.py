@@ -27,7 +27,14 @@ from codesign.search._discretize import Discretizer, bracket
 __all__ = ["local_search", "polish_bandwidths"]
 
 
-def local_search(disc: Discretizer, start: tuple, k_layouts: int = 12, max_iters: int = 100, trace=None, progress=None):
+def local_search(
+    disc: Discretizer,
+    start: tuple,
+    k_layouts: int = 12,
+    max_iters: int = 100,
+    trace=None,
+    progress=None,
+):
     """Best-improvement search on the grid from ``start``; returns ``(point, value, iters)``.
 
     Points compare by :meth:`ExactEvaluator.keys`, so a search that starts infeasible (a
@@ -42,7 +49,9 @@ def local_search(disc: Discretizer, start: tuple, k_layouts: int = 12, max_iters
             break
         ks = ev.keys(nb)
         j = min(range(len(nb)), key=lambda i: ks[i])
-        improved = ks[j][0] < cur_k[0] or (ks[j][0] == cur_k[0] and ks[j][1] < cur_k[1] * (1.0 - 1e-12))
+        improved = ks[j][0] < cur_k[0] or (
+            ks[j][0] == cur_k[0] and ks[j][1] < cur_k[1] * (1.0 - 1e-12)
+        )
         if improved:
             cur, cur_k = nb[j], ks[j]
         cur_v = cur_k[1] if cur_k[0] == 0 else math.inf
@@ -55,7 +64,9 @@ def local_search(disc: Discretizer, start: tuple, k_layouts: int = 12, max_iters
     return cur, (cur_k[1] if cur_k[0] == 0 else math.inf), it
 
 
-def polish_bandwidths(disc: Discretizer, point: tuple, settings: Settings, seed: int = 0) -> list[tuple]:
+def polish_bandwidths(
+    disc: Discretizer, point: tuple, settings: Settings, seed: int = 0
+) -> list[tuple]:
     """Candidates from a relaxed search over the free bandwidths only, with the layout and the
     strategy of ``point`` fixed (a hardware-mode sub-problem): the grid values bracketing the
     relaxed bandwidths, +- one step.  Trading bandwidth between tiers along a budget is a
@@ -72,7 +83,11 @@ def polish_bandwidths(disc: Discretizer, point: tuple, settings: Settings, seed:
     n = vals.get("system.num_accelerators", float(disc.problem.cfg.system.num_accelerators))
     sub = disc.problem.with_values(num_accelerators=[n], mode="hardware", **changes)
     sub_settings = dataclasses.replace(
-        settings, steps=settings.polish_steps, starts=settings.polish_starts, segments=1, enumerate_categorical=True
+        settings,
+        steps=settings.polish_steps,
+        starts=settings.polish_starts,
+        segments=1,
+        enumerate_categorical=True,
     )
     rs = relaxed_search(sub, sub_settings, seed=seed, space=relax.space_of(sub, fold_units=False))
     ok = np.asarray(rs["violation"]) <= 1e-3
@@ -80,5 +95,8 @@ def polish_bandwidths(disc: Discretizer, point: tuple, settings: Settings, seed:
     k = int(np.argmin(score)) if np.isfinite(score).any() else int(np.argmin(rs["loss"]))
     bw = np.asarray(rs["z"]["bw"][k])
     lay, cat, _ = disc.split(point)
-    brackets = [bracket(ev.values[a], float(bw[t]), 1) for a, t in zip(disc.bw_axes, disc.bw_tier, strict=True)]
+    brackets = [
+        bracket(ev.values[a], float(bw[t]), 1)
+        for a, t in zip(disc.bw_axes, disc.bw_tier, strict=True)
+    ]
     return [disc.compose(lay, cat, b) for b in itertools.product(*brackets)]

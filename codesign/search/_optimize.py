@@ -33,7 +33,14 @@ __all__ = ["OptimizeResult", "optimize", "exact_objective"]
 
 @dataclasses.dataclass
 class OptimizeResult:
-    """What :func:`optimize` returns (host values)."""
+    """What :func:`optimize` returns (host values).
+
+    After a run over several processes (``distributed=True``) the design (``exact_objective``,
+    ``point``, ``config``, ``report``), ``relaxed_objective`` and ``gap`` are those of the
+    winning process and ``num_exact_evals`` is the sum over processes, identical on every
+    process; the search's own record (``relaxed_point``, ``best_start``, the histories,
+    ``rounded_objective``, ``exact_trace``, ``start_combos``) stays this process's.
+    """
 
     problem: str
     objective: str
@@ -66,7 +73,6 @@ class OptimizeResult:
     """The (recompute, zero) combination of every start (empty when relaxed softly)."""
 
 
-
 def _rank_starts(rs: dict, settings: Settings) -> list[int]:
     """Starts ordered for rounding: feasible before infeasible, the best start of every
     categorical combination before the second best of any, then by relaxed objective."""
@@ -83,9 +89,12 @@ def _rank_starts(rs: dict, settings: Settings) -> list[int]:
     return first + rest
 
 
+_DEFAULT_SETTINGS = Settings()
+
+
 def optimize(
     problem: Problem,
-    settings: Settings = Settings(),
+    settings: Settings = _DEFAULT_SETTINGS,
     seed: int = 0,
     max_radius: int = 3,
     progress: bool = False,
@@ -96,12 +105,20 @@ def optimize(
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=settings.steps, desc=f"relaxed search ({settings.starts} starts)", unit="step")
+        bar = tqdm(
+            total=settings.steps, desc=f"relaxed search ({settings.starts} starts)", unit="step"
+        )
     t0 = time.perf_counter()
     key = jax.random.key(seed)
     if distributed and jax.process_count() > 1:
         key = jax.random.fold_in(key, jax.process_index())
-    rs = relaxed_search(problem, settings, seed, key=key, progress=(lambda d: bar.update(d - bar.n)) if bar else None)
+    rs = relaxed_search(
+        problem,
+        settings,
+        seed,
+        key=key,
+        progress=(lambda d: bar.update(d - bar.n)) if bar else None,
+    )
     t1 = time.perf_counter()
     order = _rank_starts(rs, settings)
     top = order[: settings.top_starts]
@@ -121,11 +138,29 @@ def optimize(
                 cats = [disc.cat_index(rs["combos"][k])]
             else:  # soft weights: the heaviest allowed option of each
                 w = rs["weights"][k]
-                cats = [tuple(
-                    int(np.argmax([w["recompute" if ev.paths[a] == "strategy.recompute" else "zero"][
-                        (RECOMPUTE_MODES if ev.paths[a] == "strategy.recompute" else ZERO_STAGES).index(v)] for v in ev.values[a]]))
-                    for a in disc.cat_axes
-                )]
+                cats = [
+                    tuple(
+                        int(
+                            np.argmax(
+                                [
+                                    w[
+                                        "recompute"
+                                        if ev.paths[a] == "strategy.recompute"
+                                        else "zero"
+                                    ][
+                                        (
+                                            RECOMPUTE_MODES
+                                            if ev.paths[a] == "strategy.recompute"
+                                            else ZERO_STAGES
+                                        ).index(v)
+                                    ]
+                                    for v in ev.values[a]
+                                ]
+                            )
+                        )
+                        for a in disc.cat_axes
+                    )
+                ]
             cands.extend(disc.round(z, cats, settings.nearest_layouts * (1 + radius), radius))
         cands = list(dict.fromkeys(cands))
         vals = ev(cands)
@@ -159,12 +194,18 @@ def optimize(
     z0 = {name: v[best] for name, v in rs["z"].items()}
     own = disc.nearest(disc.relaxed_coord(z0), 1)
     if len(own) and int(own[0]) not in lays:
-        mine = [j for j in by_key if disc.layout_of(cands[j]) == int(own[0]) and math.isfinite(keys[j][1])]
+        mine = [
+            j
+            for j in by_key
+            if disc.layout_of(cands[j]) == int(own[0]) and math.isfinite(keys[j][1])
+        ]
         if mine:
             starts.append(cands[mine[0]])
     ends = []
     for s0 in starts:
-        p_, v_, it_ = local_search(disc, s0, settings.local_layouts, settings.max_local_iters, trace, tick)
+        p_, v_, it_ = local_search(
+            disc, s0, settings.local_layouts, settings.max_local_iters, trace, tick
+        )
         iters += it_
         ends.append((v_, p_))
         if v_ < val:
@@ -172,10 +213,17 @@ def optimize(
     # Bandwidth polish of the local optima (best first, distinct layouts), then search again.
     # When the bandwidths are all that is free, the relaxed search above was that polish.
     sp = rs["space"]
-    only_bw = not (sp.free_degrees or sp.free_n or sp.free_microbatch or sp.free_ep or sp.free_interleave
-                   or sp.free_recompute or sp.free_zero)
+    only_bw = not (
+        sp.free_degrees
+        or sp.free_n
+        or sp.free_microbatch
+        or sp.free_ep
+        or sp.free_interleave
+        or sp.free_recompute
+        or sp.free_zero
+    )
     done = set()
-    for v_, p_ in ([] if only_bw else sorted(ends, key=lambda e: e[0])):
+    for v_, p_ in [] if only_bw else sorted(ends, key=lambda e: e[0]):
         if not math.isfinite(v_) or disc.layout_of(p_) in done or len(done) >= 2:
             continue
         done.add(disc.layout_of(p_))
@@ -185,7 +233,9 @@ def optimize(
         vals_p = ev(cands_p)
         j = int(np.argmin(vals_p))
         if vals_p[j] < v_ * (1.0 - 1e-12):
-            p2, v2, it_ = local_search(disc, cands_p[j], settings.local_layouts, settings.max_local_iters, trace, tick)
+            p2, v2, it_ = local_search(
+                disc, cands_p[j], settings.local_layouts, settings.max_local_iters, trace, tick
+            )
             iters += it_
             if v2 < val:
                 pt, val = p2, v2
@@ -196,7 +246,9 @@ def optimize(
     if bar is not None:
         bar.close()
     t2 = time.perf_counter()
-    relaxed_point = {k: 2.0 ** float(v[best]) for k, v in rs["z"].items() if k not in ("bw", "rest")}
+    relaxed_point = {
+        k: 2.0 ** float(v[best]) for k, v in rs["z"].items() if k not in ("bw", "rest")
+    }
     relaxed_point["bw"] = [float(x) for x in np.asarray(rs["z"]["bw"][best])]
     if rs["combos"]:
         relaxed_point["recompute"], relaxed_point["zero"] = rs["combos"][best]

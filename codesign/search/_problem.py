@@ -152,11 +152,17 @@ class Problem:
                 hv["system.num_accelerators"] = tuple(sorted(float(x) for x in v))
             elif k == "bandwidth":
                 for i, vals in v.items():
-                    hv[f"system.tiers[{int(i)}].bandwidth_gbps"] = tuple(sorted(float(x) for x in vals))
+                    hv[f"system.tiers[{int(i)}].bandwidth_gbps"] = tuple(
+                        sorted(float(x) for x in vals)
+                    )
             elif k in ("capex_max_usd", "power_max_kw", "objective", "name", "mode", "title"):
                 kw[k] = v
             else:
-                raise SpecError(f"with_values.{k}", v, f"one of {list(STRATEGY_AXES)}, num_accelerators, bandwidth, capex_max_usd, power_max_kw, objective")
+                raise SpecError(
+                    f"with_values.{k}",
+                    v,
+                    f"one of {list(STRATEGY_AXES)}, num_accelerators, bandwidth, capex_max_usd, power_max_kw, objective",
+                )
         if "system.num_accelerators" in hv and len(hv["system.num_accelerators"]) == 1:
             n_fixed = hv.pop("system.num_accelerators")[0]
         else:
@@ -179,7 +185,9 @@ def default_values(cfg: RunConfig) -> dict:
     n_max = float(cfg.system.num_accelerators)
     tp = [v for v in _pow2_upto(min(float(m.heads), 64.0, n_max)) if float(m.heads) % v == 0]
     pp = [v for v in _pow2_upto(min(float(m.layers), n_max)) if float(m.layers) % v == 0]
-    mb = [v for v in _pow2_upto(min(16.0, float(tr.global_batch))) if float(tr.global_batch) % v == 0]
+    mb = [
+        v for v in _pow2_upto(min(16.0, float(tr.global_batch))) if float(tr.global_batch) % v == 0
+    ]
     return {
         "tp": tp,
         "pp": pp,
@@ -214,7 +222,9 @@ def _grid(field: str, spec, integer: bool) -> tuple:
     if isinstance(spec, list):
         return _numbers(field, spec, integer)
     if not isinstance(spec, dict):
-        raise SpecError(field, spec, "a list of numbers or a table {min, max, num} or {min, max, step}")
+        raise SpecError(
+            field, spec, "a list of numbers or a table {min, max, num} or {min, max, step}"
+        )
     allowed = {"min", "max", "num", "step", "scale"}
     for k in spec:
         if k not in allowed:
@@ -233,7 +243,9 @@ def _grid(field: str, spec, integer: bool) -> tuple:
         if not step > 0:
             raise SpecError(f"{field}.step", spec["step"], "a positive number")
         if (hi - lo) / step + 1 > MAX_AXIS_VALUES:
-            raise SpecError(f"{field}.step", spec["step"], f"a step giving at most {MAX_AXIS_VALUES:,} values")
+            raise SpecError(
+                f"{field}.step", spec["step"], f"a step giving at most {MAX_AXIS_VALUES:,} values"
+            )
         vals = list(np.arange(lo, hi + 0.5 * step, step))
     else:
         num = spec.get("num")
@@ -267,7 +279,11 @@ def _fix_base(cfg: RunConfig, sv: dict, hv: dict, n_fixed: float | None = None) 
     kw = {}
     for k in ("tp", "pp", "cp", "ep", "microbatch", "interleave"):
         kw[k] = float(sv[k][0]) if len(sv[k]) == 1 else float(getattr(st, k))
-    rec = RECOMPUTE_MODES.index(sv["recompute"][0]) if len(sv["recompute"]) == 1 else int(np.argmax(st.recompute))
+    rec = (
+        RECOMPUTE_MODES.index(sv["recompute"][0])
+        if len(sv["recompute"]) == 1
+        else int(np.argmax(st.recompute))
+    )
     zero = ZERO_STAGES.index(sv["zero"][0]) if len(sv["zero"]) == 1 else int(np.argmax(st.zero))
     kw["dp"] = max(1.0, float(derive_dp(n, kw["tp"], kw["pp"], kw["cp"], np)))
     rec_v = np.eye(3)[rec]
@@ -319,13 +335,25 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
     hardware = {p: v for p, v in hardware.items() if len(v) > 1}
     if mode == "strategy" and hardware:
         k = sorted(hardware)[0]
-        raise SpecError("search.mode", mode, f"no hardware axes in strategy mode (found {k} with several values)")
+        raise SpecError(
+            "search.mode",
+            mode,
+            f"no hardware axes in strategy mode (found {k} with several values)",
+        )
     strategy_keys = [k for k in search if k in STRATEGY_AXES]
     if mode == "hardware":
         if strategy_keys:
-            raise SpecError(f"search.{strategy_keys[0]}", search[strategy_keys[0]], "absent in hardware mode: set the strategy in [strategy]")
+            raise SpecError(
+                f"search.{strategy_keys[0]}",
+                search[strategy_keys[0]],
+                "absent in hardware mode: set the strategy in [strategy]",
+            )
         if not hardware:
-            raise SpecError("search.mode", mode, "at least one hardware axis (num_accelerators or tiers) with several values")
+            raise SpecError(
+                "search.mode",
+                mode,
+                "at least one hardware axis (num_accelerators or tiers) with several values",
+            )
     n = float(system.get("num_accelerators", 0) or 0)
     st = dict(doc.get("strategy", {}) or {})
     st.setdefault("tp", 1)
@@ -339,7 +367,9 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
         if path.startswith("system.tiers"):
             i = int(path[len("system.tiers[") : path.index("]")])
             if not 0 <= i < len(cfg.system.tiers):
-                raise SpecError("search.tiers.index", i, f"a tier index below {len(cfg.system.tiers)}")
+                raise SpecError(
+                    "search.tiers.index", i, f"a tier index below {len(cfg.system.tiers)}"
+                )
     if fixed_bw:
         tiers = list(cfg.system.tiers)
         for path, v in fixed_bw.items():
@@ -348,7 +378,9 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
         cfg = dataclasses.replace(cfg, system=dataclasses.replace(cfg.system, tiers=tuple(tiers)))
     if mode == "hardware":
         if n % (tp * pp * cp) or n < tp * pp * cp:
-            raise SpecError("strategy.tp*pp*cp", tp * pp * cp, f"a divisor of num_accelerators = {n:g}")
+            raise SpecError(
+                "strategy.tp*pp*cp", tp * pp * cp, f"a divisor of num_accelerators = {n:g}"
+            )
 
     values = default_values(cfg)
     if mode == "hardware":
@@ -365,7 +397,11 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
                 raise SpecError("search.recompute", v, f"a list of {list(RECOMPUTE_MODES)}")
             values[k] = [x for x in RECOMPUTE_MODES if x in v]
         elif k == "zero":
-            if not isinstance(v, list) or not v or any(x not in ZERO_STAGES or isinstance(x, bool) for x in v):
+            if (
+                not isinstance(v, list)
+                or not v
+                or any(x not in ZERO_STAGES or isinstance(x, bool) for x in v)
+            ):
                 raise SpecError("search.zero", v, "a list of 0, 1, 2, 3")
             values[k] = [x for x in ZERO_STAGES if x in v]
         else:
@@ -373,9 +409,15 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
     unknown = set(search) - set(STRATEGY_AXES) - {"num_accelerators", "tiers"}
     if unknown:
         k = sorted(unknown)[0]
-        raise SpecError(f"search.{k}", search[k], f"one of {['mode', *STRATEGY_AXES, 'num_accelerators', 'tiers']}")
+        raise SpecError(
+            f"search.{k}",
+            search[k],
+            f"one of {['mode', *STRATEGY_AXES, 'num_accelerators', 'tiers']}",
+        )
     if objective in ("time_to_train", "cost_to_train") and float(cfg.training.tokens) <= 0:
-        raise SpecError("training.tokens", cfg.training.tokens, f"positive for objective {objective}")
+        raise SpecError(
+            "training.tokens", cfg.training.tokens, f"positive for objective {objective}"
+        )
     if max(values["ep"]) > 1 and float(cfg.model.moe_experts) <= 0:
         raise SpecError("search.ep", values["ep"], "[1] for a dense model")
     sv = {k: tuple(v) for k, v in values.items()}

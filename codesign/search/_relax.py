@@ -34,13 +34,13 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from flax import struct
+
 from codesign.search._grid import OBJECTIVES, specs_of
 from codesign.search._problem import RELAX_OBJECTIVES, Problem
 from codesign.smoothing import Smoothing
 from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES
-from codesign.step import Report, evaluate_unchecked
+from codesign.step import evaluate_unchecked
 
 __all__ = [
     "Space",
@@ -146,7 +146,9 @@ def space_of(problem: Problem, fold_units: bool = True) -> Space:
         free_interleave=len(sv["interleave"]) > 1,
         free_recompute=len(sv["recompute"]) > 1,
         free_zero=len(sv["zero"]) > 1,
-        unit=tuple(k for k in ("tp", "pp", "cp", "ep", "interleave") if tuple(sv[k]) == (1.0,)) if fold_units else (),
+        unit=tuple(k for k in ("tp", "pp", "cp", "ep", "interleave") if tuple(sv[k]) == (1.0,))
+        if fold_units
+        else (),
     )
 
 
@@ -223,7 +225,11 @@ def degrees_of(params: dict, space: Space, box: Box, base: dict) -> dict:
     st, sy = base["strategy"], base["system"]
     log2_n = _in_box(params["n"], box.log2_n) if space.free_n else jnp.log2(sy.num_accelerators)
     zero = jnp.zeros_like(log2_n)
-    out = {d: zero if d in space.unit else jnp.log2(getattr(st, d)) for d in ("tp", "pp", "cp") if d not in space.free_degrees}
+    out = {
+        d: zero if d in space.unit else jnp.log2(getattr(st, d))
+        for d in ("tp", "pp", "cp")
+        if d not in space.free_degrees
+    }
     rest = log2_n - sum(out.values(), jnp.zeros_like(log2_n))
     if space.free_degrees:
         w = jax.nn.softmax(params["deg"])
@@ -233,9 +239,23 @@ def degrees_of(params: dict, space: Space, box: Box, base: dict) -> dict:
         out["dp"] = rest
     out["n"] = log2_n
     out["rest"] = rest
-    out["mb"] = _in_box(params["mb"], box.log2_mb) if space.free_microbatch else jnp.log2(st.microbatch)
-    out["ep"] = _in_box(params["ep"], box.log2_ep) if space.free_ep else zero if "ep" in space.unit else jnp.log2(st.ep)
-    out["v"] = _in_box(params["v"], box.log2_v) if space.free_interleave else zero if "interleave" in space.unit else jnp.log2(st.interleave)
+    out["mb"] = (
+        _in_box(params["mb"], box.log2_mb) if space.free_microbatch else jnp.log2(st.microbatch)
+    )
+    out["ep"] = (
+        _in_box(params["ep"], box.log2_ep)
+        if space.free_ep
+        else zero
+        if "ep" in space.unit
+        else jnp.log2(st.ep)
+    )
+    out["v"] = (
+        _in_box(params["v"], box.log2_v)
+        if space.free_interleave
+        else zero
+        if "interleave" in space.unit
+        else jnp.log2(st.interleave)
+    )
     bw = [t.bandwidth_gbps for t in sy.tiers]
     if space.free_tiers:
         free_bw = 2.0 ** _in_box(params["bw"], box.log2_bw[jnp.asarray(space.free_tiers)])
@@ -287,7 +307,9 @@ def loss_terms(params: dict, tau, space: Space, box: Box, base: dict) -> dict:
     (:data:`VIOLATION_NAMES`, log ratios: <= 0 is feasible)."""
     s = to_specs(params, space, box, base)
     sm = Smoothing(exact=False, tau=tau)
-    r = evaluate_unchecked(s["model"], s["training"], s["system"], s["strategy"], s["efficiency"], sm)
+    r = evaluate_unchecked(
+        s["model"], s["training"], s["system"], s["strategy"], s["efficiency"], sm
+    )
     z = degrees_of(params, space, box, base)
     obj = OBJECTIVES[space.objective](r)
     sy = s["system"]
@@ -310,7 +332,13 @@ def loss_terms(params: dict, tau, space: Space, box: Box, base: dict) -> dict:
             (z["dp"] + z["mb"]) - jnp.log2(tr.global_batch),
         ]
     )
-    return {"objective": obj, "log_objective": jnp.log(obj), "violations": viol, "report": r, "z": z}
+    return {
+        "objective": obj,
+        "log_objective": jnp.log(obj),
+        "violations": viol,
+        "report": r,
+        "z": z,
+    }
 
 
 def loss_and_aux(params: dict, tau, rho, space: Space, box: Box, base: dict):

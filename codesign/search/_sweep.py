@@ -163,7 +163,11 @@ def _compiled_call(treedef, paths, shape, split, derive_dp, objective, k, n_step
 
     return jax.jit(
         jax.shard_map(
-            sharded, mesh=mesh, in_specs=(rep, rep, rep, rep, rep, spec), out_specs=spec, check_vma=False
+            sharded,
+            mesh=mesh,
+            in_specs=(rep, rep, rep, rep, rep, spec),
+            out_specs=spec,
+            check_vma=False,
         )
     )
 
@@ -216,14 +220,28 @@ def sweep(
     split = _split_point(shape, block_size)
     n_outer = int(np.prod(shape[:split]))
     inner_shape = shape[split:]
-    inner_idx = np.indices(inner_shape).reshape(len(inner_shape), -1) if inner_shape else np.zeros((0, 1), int)
-    inner_vals = tuple(jnp.asarray(tables[split + a][inner_idx[a]]) for a in range(len(inner_shape)))
+    inner_idx = (
+        np.indices(inner_shape).reshape(len(inner_shape), -1)
+        if inner_shape
+        else np.zeros((0, 1), int)
+    )
+    inner_vals = tuple(
+        jnp.asarray(tables[split + a][inner_idx[a]]) for a in range(len(inner_shape))
+    )
     n_steps = int(min(steps_per_call, -(-n_outer // n_dev)))
     per_call = n_steps * n_dev
     k = int(min(top_k, n_total))
     itype = jnp.int64 if jax.config.jax_enable_x64 else jnp.int32
     call = _compiled_call(
-        jax.tree_util.tree_structure(base), tuple(paths), shape, split, derive_dp, objective, k, n_steps, tuple(devices)
+        jax.tree_util.tree_structure(base),
+        tuple(paths),
+        shape,
+        split,
+        derive_dp,
+        objective,
+        k,
+        n_steps,
+        tuple(devices),
     )
     tables_dev = tuple(jnp.asarray(t) for t in tables)
     inner_idx_dev = tuple(jnp.asarray(i, dtype=itype) for i in inner_idx)
