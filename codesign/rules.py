@@ -31,6 +31,8 @@ result, not an error.
 from __future__ import annotations
 
 import dataclasses
+import math
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -260,26 +262,40 @@ def check_strategy(st: Strategy, model: Model, training: Training, system: Syste
     if pl.shape != (5,):
         raise SpecError("strategy.placement", pl.tolist(), "5 ranks for (tp, cp, ep, dp, pp)")
     positive("training.tokens", training.tokens, allow_zero=True)
-    m, tr, sy = _floats(model), _floats(training), _floats(system)
-    s = _floats(st)
+    m, tr, sy, s = _Floats(model), _Floats(training), _Floats(system), _Floats(st)
     for rule in RULES:
-        if not bool(rule.ok(np, m, tr, sy, s)):
+        if not bool(rule.ok(_Host, m, tr, sy, s)):
             raise SpecError(rule.field, rule.value(m, tr, sy, s), rule.allowed(m, tr, sy, s))
 
 
-def _floats(spec):
-    """A concrete spec with its scalar leaves as Python floats (fast host arithmetic)."""
-    kw = {}
-    for f in dataclasses.fields(spec):
-        v = getattr(spec, f.name)
-        if dataclasses.is_dataclass(v):
-            v = _floats(v)
-        elif isinstance(v, str | tuple) or np.ndim(v) > 0 or v is None:
-            pass
-        else:
+class _Floats:
+    """A concrete spec seen through Python floats: each scalar leaf the rules read is converted
+    when read (fast host arithmetic; strings stay strings, sub-specs and tiers are wrapped)."""
+
+    def __init__(self, spec):
+        self._spec = spec
+
+    def __getattr__(self, name):  # called once per field: the value is then an attribute
+        v = getattr(self._spec, name)
+        if isinstance(v, tuple):
+            v = tuple(_Floats(x) for x in v)
+        elif dataclasses.is_dataclass(v):
+            v = _Floats(v)
+        elif not (type(v) is float or isinstance(v, str)):
             v = float(v)
-        kw[f.name] = v
-    return dataclasses.replace(spec, **kw)
+        setattr(self, name, v)
+        return v
+
+
+class _Host:
+    """The array namespace of the rules on the host: Python arithmetic on floats (numpy
+    scalars cost a microsecond per operation; one checked evaluation runs every rule)."""
+
+    mod = staticmethod(operator.mod)
+    abs = staticmethod(abs)
+    floor = staticmethod(math.floor)
+    maximum = staticmethod(max)
+    asarray = staticmethod(bool)
 
 
 # --------------------------------------------------------------------------------------

@@ -5,9 +5,10 @@ own benchmark scripts with its own code (``PYTHONPATH`` set to its tree), altern
 before/after ``--repeats`` times so that load on the machine falls on both alike, then
 prints the figures side by side (median over the repeats):
 
-* ``evaluate``: ``experiments/bench_evaluate.py --quick`` (configurations per second of the
-  sweep on a co-design and a strategy-only grid, warm and cold with compilation, one call at
-  a time, XLA temp memory);
+* ``evaluate``: ``experiments/bench_evaluate.py`` (configurations per second of the sweep on
+  a co-design grid of 1e7 points and a strategy-only grid, warm and cold with compilation, one
+  call at a time, XLA temp memory; ``--quick`` uses the scripts' small grids, whose warm
+  sweeps take a few hundredths of a second and so are noisy);
 * ``codesign``: ``experiments/bench_codesign.py --quick`` (the optimizer against the
   exhaustive optimum on the quick suite: ratio, wall times, exact evaluations).
 
@@ -71,20 +72,19 @@ def _worktree(rev: str) -> Path:
     return d
 
 
-def compare_evaluate(before: Path, repeats: int) -> list[str]:
+def compare_evaluate(before: Path, repeats: int, quick: bool) -> list[str]:
     runs: dict[str, list[dict]] = {"before": [], "after": []}
+    cmd = ["experiments/bench_evaluate.py", *(["--quick"] if quick else [])]
     for i in range(repeats):
         for name, tree in (("before", before), ("after", ROOT)):
-            runs[name].append(
-                parse_evaluate(_run(tree, ["experiments/bench_evaluate.py", "--quick"], 900))
-            )
+            runs[name].append(parse_evaluate(_run(tree, cmd, 900)))
             print(
                 f"  evaluate run {i + 1}/{repeats} {name}: {runs[name][-1]}",
                 file=sys.stderr,
                 flush=True,
             )
     lines = [
-        f"bench_evaluate.py --quick, median of {repeats} alternating runs",
+        f"bench_evaluate.py{' --quick' if quick else ''}, median of {repeats} alternating runs",
         "",
         "| figure | before | after | after/before |",
         "|---|---|---|---|",
@@ -123,8 +123,9 @@ def compare_codesign(before: Path) -> list[str]:
     for name in ("before", "after"):
         s = res[name]["summary"]
         lines.append(
-            f"\n{name}: within 1 % {s['within_1pct']}/{s['n']}, worst {s['worst_ratio']:.4f}, "
-            f"not worse than random {s['not_worse_than_random']}/{s['n']}; total {res[name]['total_s']:.0f} s"
+            f"\n{name}: within 1 % {int(s['within_1pct'])}/{s['n']}, worst {s['worst_ratio']:.4f}, "
+            f"not worse than random {int(s['not_worse_than_random'])}/{s['n']}; "
+            f"total {res[name]['total_s']:.0f} s"
         )
     return lines
 
@@ -140,13 +141,14 @@ def main() -> int:
     ap.add_argument(
         "--repeats", type=int, default=3, help="alternating runs of bench_evaluate (default 3)"
     )
+    ap.add_argument("--quick", action="store_true", help="bench_evaluate.py's small grids")
     ap.add_argument("--out", type=Path, help="also write the tables to this markdown file")
     args = ap.parse_args()
     before = _worktree(args.before)
     try:
         lines = [f"# Before ({args.before}) and after (working tree), side by side", ""]
         if "evaluate" in args.bench:
-            lines += compare_evaluate(before, args.repeats) + [""]
+            lines += compare_evaluate(before, args.repeats, args.quick) + [""]
         if "codesign" in args.bench:
             lines += compare_codesign(before) + [""]
     finally:

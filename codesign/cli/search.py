@@ -243,6 +243,8 @@ def _cmd_optimize(args) -> int:
         f"relaxed objective  {_fmt_obj(pb.objective, res.relaxed_objective)}  (gap {100 * res.gap:+.2f} % of exact)"
         if math.isfinite(res.gap)
         else f"relaxed objective  {_fmt_obj(pb.objective, res.relaxed_objective)}",
+        "                   (the smooth model at the best start's continuous optimum, before rounding: "
+        "a guide for the search, not a bound; the exact objective above is the answer)",
         f"exact evaluations  {res.num_exact_evals:,}  (of {pb.grid_size():,} grid points)",
         f"wall time          {wall:.2f} s  (relaxed search {res.relaxed_wall_s:.2f} s, exact discretization {res.exact_wall_s:.2f} s; "
         "includes compilation unless cached)",
@@ -297,7 +299,12 @@ def _cmd_sweep(args) -> int:
             "runners-up         "
             + ", ".join(_fmt_obj(pb.objective, float(v)) for v in res.best_values[1:])
         )
-    why = "" if cfg is not None else _why_infeasible(pb, res.counts, res.num_points)
+    why = ""
+    if cfg is None:  # a second, diagnosing pass counts which rule left nothing feasible
+        diag = distributed_sweep(
+            pb, top_k=1, progress=False, distributed=args.distributed, diagnose=True
+        )
+        why = _why_infeasible(pb, diag.counts, diag.num_points)
     _print_result(args, pb, "sweep", cfg, report, best, extra, lines, why)
     return 0 if cfg is not None else 1
 
@@ -323,7 +330,14 @@ def register(subparsers) -> None:
         "optimize", help="co-design by gradient descent + exact discretization"
     )
     _common_args(o)
-    o.add_argument("--seed", type=int, default=0, help="PRNG seed of the multi-start (default 0)")
+    o.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="PRNG seed of the multi-start (default 0); the relaxed trajectory can differ between "
+        "machines with the same seed (XLA's CPU code differs in float rounding by processor), "
+        "the exact answer rarely does",
+    )
     o.add_argument(
         "--starts",
         type=positive_int,

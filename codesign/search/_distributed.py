@@ -130,11 +130,12 @@ def distributed_sweep(
     progress: bool = True,
     distributed: bool = False,
     block_size: int = 4096,
+    diagnose: bool = False,
 ) -> SweepResult:
     """The exhaustive sweep of ``problem``; with ``distributed`` and several processes, each
     process sweeps its share of the outermost axis on its local devices and the results are
-    merged (every process returns the same global result).  ``block_size``: see
-    :func:`codesign.search.sweep`."""
+    merged (every process returns the same global result).  ``block_size`` and ``diagnose``:
+    see :func:`codesign.search.sweep`."""
     axes = problem.exhaustive_axes()
     kw = dict(
         objective=problem.objective,
@@ -142,6 +143,7 @@ def distributed_sweep(
         power_max_kw=problem.power_max_kw,
         top_k=top_k,
         block_size=block_size,
+        diagnose=diagnose,
     )
     nproc = jax.process_count() if distributed else 1
     if nproc == 1:
@@ -150,6 +152,7 @@ def distributed_sweep(
 
     paths = list(axes)
     shape = [len(v) for v in axes.values()]
+    checks = CHECKS if diagnose else CHECKS[:2]
     # Deal out the values of the outermost axis with at least one value per process.
     split = next((a for a, n in enumerate(shape) if n >= nproc), int(np.argmax(shape)))
     name = paths[split]
@@ -175,12 +178,12 @@ def distributed_sweep(
                 prof[a][mine] = res.profiles[p]
             else:
                 prof[a] = res.profiles[p]
-        counts = np.asarray([res.counts[c] for c in CHECKS], dtype=np.int64)
+        counts = np.asarray([res.counts[c] for c in checks], dtype=np.int64)
         wall = res.wall_s
     else:
         bv, bi = np.full(top_k, np.inf), np.full(top_k, -1, np.int64)
         prof = [np.full(n, np.inf) for n in shape]
-        counts, wall = np.zeros(len(CHECKS), np.int64), 0.0
+        counts, wall = np.zeros(len(checks), np.int64), 0.0
     g = multihost_utils.process_allgather(
         {"bv": bv, "bi": bi, "prof": prof, "counts": counts, "wall": np.asarray(wall)}
     )
@@ -193,7 +196,7 @@ def distributed_sweep(
         num_points=int(np.prod(shape)),
         num_valid=int(np.asarray(g["counts"])[:, 0].sum()),
         num_feasible=int(np.asarray(g["counts"])[:, 1].sum()),
-        counts={c: int(np.asarray(g["counts"])[:, j].sum()) for j, c in enumerate(CHECKS)},
+        counts={c: int(np.asarray(g["counts"])[:, j].sum()) for j, c in enumerate(checks)},
         best_values=allv[keep],
         best_indices=alli[keep],
         profiles={p: np.asarray(g["prof"][a]).min(axis=0) for a, p in enumerate(paths)},

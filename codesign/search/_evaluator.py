@@ -37,7 +37,7 @@ def exact_point(specs: dict, bounds, objective: str):
     """``(value, checks, excess)`` of one configuration (traced).
 
     ``value`` is the objective where the point is valid and feasible, else ``inf``;
-    ``checks`` the booleans of :data:`CHECKS`; ``excess`` is 0 when feasible, the log-ratio
+    ``checks`` the tuple of booleans of :data:`CHECKS`; ``excess`` is 0 when feasible, the log-ratio
     distance to feasibility (at least 1e-12) when valid but infeasible, and ``inf`` when
     invalid.  ``bounds = (capex_max_usd, power_max_kw)``.
     """
@@ -54,14 +54,12 @@ def exact_point(specs: dict, bounds, objective: str):
     value = jnp.where(feas, OBJECTIVES[objective](r), jnp.inf)
     ex = infeasibility(r, specs["system"], bounds[0], bounds[1])
     excess = jnp.where(valid, jnp.where(feas, 0.0, jnp.maximum(ex, 1e-12)), jnp.inf)
-    checks = jnp.stack(
-        [
-            valid,
-            feas,
-            valid & r.fits,
-            valid & (r.cost["capex_usd"] <= bounds[0]),
-            valid & (r.cost["power_kw"] <= bounds[1]),
-        ]
+    checks = (
+        valid,
+        feas,
+        valid & r.fits,
+        valid & (r.cost["capex_usd"] <= bounds[0]),
+        valid & (r.cost["power_kw"] <= bounds[1]),
     )
     return value, checks, excess
 

@@ -89,7 +89,9 @@ def _split_point(shape, max_block: int) -> int:
 
 
 @functools.cache
-def _compiled_call(treedef, paths, shape, split, derive_dp, objective, k, n_steps, devices):
+def _compiled_call(
+    treedef, paths, shape, split, derive_dp, objective, k, n_steps, devices, n_checks
+):
     """One compiled, sharded reducer per grid structure (values are arguments: no recompile).
 
     The grid is split into outer axes ``shape[:split]`` and an inner block ``shape[split:]``.
@@ -103,7 +105,7 @@ def _compiled_call(treedef, paths, shape, split, derive_dp, objective, k, n_step
 
     def point(specs, bounds):
         value, checks, _ = exact_point(specs, bounds, objective)
-        return value, checks
+        return value, checks[:n_checks]  # the others are compiled away
 
     def with_dp(specs):
         return with_derived_dp(specs) if derive_dp else specs
@@ -114,7 +116,7 @@ def _compiled_call(treedef, paths, shape, split, derive_dp, objective, k, n_step
         init = (
             jnp.full((k,), jnp.inf, dtype),
             jnp.full((k,), -1, itype),
-            jnp.zeros((len(CHECKS),), itype),
+            jnp.zeros((n_checks,), itype),
             tuple(jnp.full((n,), jnp.inf, dtype) for n in shape),
         )
 
@@ -135,7 +137,7 @@ def _compiled_call(treedef, paths, shape, split, derive_dp, objective, k, n_step
 
             val, checks = jax.vmap(inner_point)(inner_vals)
             val = jnp.where(in_range, val, jnp.inf)
-            checks &= in_range
+            checks = tuple(c & in_range for c in checks)
             idx = o * inner + jnp.arange(inner, dtype=itype)
             allv = jnp.concatenate([best_v, val])
             alli = jnp.concatenate([best_i, idx])
@@ -148,7 +150,7 @@ def _compiled_call(treedef, paths, shape, split, derive_dp, objective, k, n_step
                 else:
                     seg = jax.ops.segment_min(val, inner_idx[a - split], num_segments=p.shape[0])
                     new_prof.append(jnp.minimum(p, seg))
-            counts = counts + checks.sum(axis=0, dtype=itype)
+            counts = counts + jnp.stack([c.sum(dtype=itype) for c in checks])
             return (-neg, alli[pos], counts, tuple(new_prof)), None
 
         out, _ = jax.lax.scan(body, init, jnp.arange(n_steps, dtype=start.dtype))
@@ -184,6 +186,7 @@ def sweep(
     power_max_kw: float = math.inf,
     progress: bool = True,
     devices=None,
+    diagnose: bool = False,
 ) -> SweepResult:
     """Evaluate every point of the grid ``axes`` around the base run ``cfg`` (a RunConfig).
 
@@ -200,6 +203,9 @@ def sweep(
         steps_per_call: inner blocks per device per compiled call (one progress-bar tick).
         capex_max_usd, power_max_kw: constraints; points above them are infeasible.
         devices: JAX devices to shard over (default: all).
+        diagnose: also count, among valid points, those that fit in memory and those within
+            the capex and power caps (``counts``; a little slower, so only asked for when a
+            sweep found nothing feasible and the user should learn why).
     """
     if objective not in OBJECTIVES:
         raise SpecError("objective", objective, f"one of {sorted(OBJECTIVES)}")
@@ -232,6 +238,7 @@ def sweep(
     per_call = n_steps * n_dev
     k = int(min(top_k, n_total))
     itype = jnp.int64 if jax.config.jax_enable_x64 else jnp.int32
+    n_checks = len(CHECKS) if diagnose else 2  # valid and feasible only, unless diagnosing
     call = _compiled_call(
         jax.tree_util.tree_structure(base),
         tuple(paths),
@@ -242,6 +249,7 @@ def sweep(
         k,
         n_steps,
         tuple(devices),
+        n_checks,
     )
     tables_dev = tuple(jnp.asarray(t) for t in tables)
     inner_idx_dev = tuple(jnp.asarray(i, dtype=itype) for i in inner_idx)
@@ -249,7 +257,7 @@ def sweep(
     n_calls = -(-n_outer // per_call)
     best_v = np.full((0,), np.inf)
     best_i = np.zeros((0,), np.int64)
-    counts = np.zeros(len(CHECKS), np.int64)
+    counts = np.zeros(n_checks, np.int64)
     prof = [np.full((n,), np.inf) for n in shape]
     t0 = time.perf_counter()
     it = range(n_calls)
@@ -279,7 +287,7 @@ def sweep(
         best_indices=best_i,
         profiles={p: prof[i] for i, p in enumerate(paths)},
         wall_s=wall,
-        counts=dict(zip(CHECKS, (int(c) for c in counts), strict=True)),
+        counts=dict(zip(CHECKS[:n_checks], (int(c) for c in counts), strict=True)),
     )
 
 
