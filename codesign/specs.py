@@ -423,13 +423,15 @@ def check_system(s: System) -> None:
     prev = 1.0
     for i, t in enumerate(s.tiers):
         d = positive(f"system.tiers[{i}].domain", t.domain, integer=True)
-        if d < prev:
+        # Domains grow outwards; a domain larger than the cluster counts as the cluster
+        # (one 8-GPU node holding a 1-GPU run is fine).
+        if min(d, n) < min(prev, n):
             raise SpecError(
                 f"system.tiers[{i}].domain",
                 t.domain,
                 f"at least the inner tier's domain ({prev:g})",
             )
-        prev = d
+        prev = max(d, prev)
         positive(f"system.tiers[{i}].bandwidth_gbps", t.bandwidth_gbps)
         positive(f"system.tiers[{i}].latency_us", t.latency_us, allow_zero=True)
         if float(t.oversubscription) < 1:

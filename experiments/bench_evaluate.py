@@ -161,6 +161,7 @@ def _sweep_temp_bytes(sw, cfg, axes) -> int:
         10,
         n_steps,
         devices,
+        2,  # counts of valid and feasible points (no diagnosing pass)
     )
     starts = jnp.arange(len(devices), dtype=itype) * n_steps
     lowered = call.lower(

@@ -289,3 +289,129 @@ def test_more_bad_input_exit_2_one_line(case, tmp_path, capsys):
     err = captured.err.strip()
     assert "\n" not in err and "Traceback" not in err, err
     assert field in err, err
+
+
+# ---- physically invalid input (errors) and implausible input (warnings) ----------------
+
+BAD_PHYSICAL = {
+    "scale_up_domain_not_tiling_the_cluster": (
+        good().replace("domain = 8", "domain = 12"),
+        "system.tiers[0].domain",
+    ),
+    "hidden_not_multiple_of_heads": (
+        good().replace('preset = "llama3-8b"', 'preset = "llama3-8b"\nhidden = 4097'),
+        "model.hidden",
+    ),
+    "pue_below_one": (
+        good().replace("num_accelerators = 64", "num_accelerators = 64\npue = 0.5"),
+        "system.pue",
+    ),
+    "boolean_degree": (good().replace("tp = 2", "tp = true"), "strategy.tp"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_PHYSICAL))
+def test_physically_invalid_input_exit_2_one_line(case, tmp_path, capsys):
+    text, field = BAD_PHYSICAL[case]
+    rc = main(["evaluate", str(write(tmp_path, text))])
+    captured = capsys.readouterr()
+    assert rc == 2, captured.out[:200]
+    err = captured.err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    assert err.startswith(f"codesign: error: {field} ="), err
+
+
+@pytest.mark.parametrize("bw", [1e300, 1e-9])
+def test_implausible_bandwidth_is_one_warning_line(bw, tmp_path, capsys):
+    rc = main(["evaluate", str(write(tmp_path, good(bw=bw)))])
+    captured = capsys.readouterr()
+    assert rc == 0
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("codesign: warning: system.tiers[1].bandwidth_gbps"), lines
+    assert "plausible range" in lines[0]
+    assert "step time" in captured.out
+
+
+@pytest.mark.parametrize("kind", ["directory", "binary"])
+def test_run_file_that_is_no_toml_text(kind, tmp_path, capsys):
+    if kind == "directory":
+        path = tmp_path
+    else:
+        path = tmp_path / "run.toml"
+        path.write_bytes(bytes(range(256)))
+    for cmd in ("evaluate", "sweep", "optimize"):
+        rc = main([cmd, str(path)])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2, (cmd, err)
+        assert "\n" not in err and "Traceback" not in err, err
+        assert str(path) in err and ("directory" in err if kind == "directory" else "binary" in err)
+
+
+@pytest.mark.parametrize(
+    "args,name",
+    [
+        (["optimize", "P", "--starts", "0"], "--starts"),
+        (["optimize", "P", "--steps", "-5"], "--steps"),
+        (["sweep", "P", "--top-k", "-3"], "--top-k"),
+        (["sweep", "P", "--top-k", "0"], "--top-k"),
+        (["sweep", "P", "--top-k", "two"], "--top-k"),
+    ],
+)
+def test_bad_arguments_exit_2_one_line(args, name, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    assert name in err and "positive integer" in err, err
+
+
+def test_huge_grid_axis_is_an_error(tmp_path, capsys):
+    text = (
+        good()
+        + "\n[search]\n[[search.tiers]]\nindex = 1\nbandwidth_gbps = {min = 1, max = 1000, num = 1000000000}\n"
+    )
+    rc = main(["sweep", str(write(tmp_path, text))])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err, err
+    assert "search.tiers[1].bandwidth_gbps.num" in err and "100,000" in err, err
+
+
+@pytest.mark.parametrize(
+    "env,field",
+    [
+        ({}, "--distributed"),
+        (
+            {"CODESIGN_COORDINATOR": "127.0.0.1:1", "CODESIGN_NUM_PROCESSES": "two"},
+            "CODESIGN_NUM_PROCESSES",
+        ),
+        (
+            {"CODESIGN_COORDINATOR": "127.0.0.1:1", "CODESIGN_PROCESS_ID": "3"},
+            "CODESIGN_PROCESS_ID",
+        ),
+    ],
+)
+def test_distributed_without_a_cluster_is_one_line(env, field):
+    problem = REPO / "experiments" / "problems" / "llama3-8b-64xh100-step.toml"
+    clean = {k: v for k, v in __import__("os").environ.items() if not k.startswith("CODESIGN_")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "codesign.cli",
+            "sweep",
+            str(problem),
+            "--distributed",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**clean, **env},
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert proc.stderr.startswith(f"codesign: error: {field}"), proc.stderr

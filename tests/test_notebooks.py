@@ -48,7 +48,7 @@ def test_notebooks_found():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_notebook_runs(path: Path, monkeypatch: pytest.MonkeyPatch):
     _ensure_kernel()
     # The kernel inherits this process's environment when it starts.
     monkeypatch.setenv("CODESIGN_NOTEBOOK_SMALL", "1")
@@ -57,13 +57,15 @@ def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path_env))
 
     nb = jupytext.read(path)
-    # Run in an empty directory: notebooks must find the repository themselves and must not
-    # depend on (or litter) the current directory.
+    # Run with the notebooks' own folder as the working directory, where Jupyter starts (so a
+    # notebook named like a package would shadow it, as notebooks/codesign.py once did), and
+    # check that the notebook writes nothing there: it must find the repository itself.
+    before = sorted(os.listdir(NOTEBOOK_DIR))
     client = nbclient.NotebookClient(
         nb,
         timeout=600,
         kernel_name=KERNEL,
-        resources={"metadata": {"path": str(tmp_path)}},
+        resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
     )
     try:
         client.execute()
@@ -79,4 +81,16 @@ def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
         if o.get("output_type") == "error"
     ]
     assert not errors, f"{path.name}: error outputs {[(o['ename'], o['evalue']) for o in errors]}"
-    assert os.listdir(tmp_path) == [], f"{path.name} wrote files into its working directory"
+    after = sorted(os.listdir(NOTEBOOK_DIR))
+    assert after == before, (
+        f"{path.name} wrote {sorted(set(after) - set(before))} into its working directory"
+    )
+
+
+SHADOWED = {"codesign", "jax", "jaxlib", "numpy", "optax", "flax", "matplotlib", "tqdm"}
+
+
+def test_notebook_names_never_shadow_a_package():
+    """Jupyter and ``python notebooks/x.py`` put ``notebooks/`` first on ``sys.path``."""
+    for path in NOTEBOOKS:
+        assert path.stem not in SHADOWED, f"{path.name} would shadow the {path.stem} package"
