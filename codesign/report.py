@@ -23,7 +23,7 @@ def report_to_dict(report, cfg=None) -> dict:
         "hfu": _f(report.hfu),
         "tokens_per_s": _f(report.tokens_per_s),
         "model_flops_per_step": _f(report.model_flops_per_step),
-        "num_microbatches": _f(report.num_microbatches),
+        "num_microbatches": int(round(_f(report.num_microbatches))),
         "params": {k: _f(v) for k, v in report.params.items()},
         "cost": {
             k: cost[k]
@@ -47,8 +47,15 @@ def report_to_dict(report, cfg=None) -> dict:
 
 
 def format_report(d: dict, cfg=None) -> str:
-    """A readable breakdown of :func:`report_to_dict`'s output."""
+    """A readable breakdown of :func:`report_to_dict`'s output.
+
+    With ``cfg``, capex and power say "hosts not counted" when the system sets no host capex
+    or power per accelerator (both default to 0: accelerators and network only).
+    """
     lines = []
+    sy = cfg.system if cfg is not None else None
+    no_host_capex = sy is not None and float(sy.host_capex_usd_per_accelerator) == 0.0
+    no_host_power = sy is not None and float(sy.host_power_w_per_accelerator) == 0.0
     if cfg is not None:
         st = cfg.strategy
         rec = ("none", "selective", "full")[int(st.recompute.argmax())]
@@ -80,9 +87,13 @@ def format_report(d: dict, cfg=None) -> str:
     lines.append("")
     c = d["cost"]
     lines.append(
-        f"capex              {c['capex_usd'] / 1e6:12.2f} M$  (network {c['network_capex_usd'] / 1e6:.2f} M$)"
+        f"capex              {c['capex_usd'] / 1e6:12.2f} M$  (network {c['network_capex_usd'] / 1e6:.2f} M$"
+        + (", hosts not counted" if no_host_capex else "")
+        + ")"
     )
-    lines.append(f"power              {c['power_kw']:12.1f} kW")
+    lines.append(
+        f"power              {c['power_kw']:12.1f} kW" + ("  (hosts not counted)" if no_host_power else "")
+    )
     lines.append(
         f"cost               {c['usd_per_hour']:12.2f} $/h   {c['usd_per_step']:.4f} $/step"
     )
