@@ -92,7 +92,8 @@ def format_report(d: dict, cfg=None) -> str:
         + ")"
     )
     lines.append(
-        f"power              {c['power_kw']:12.1f} kW" + ("  (hosts not counted)" if no_host_power else "")
+        f"power              {c['power_kw']:12.1f} kW"
+        + ("  (hosts not counted)" if no_host_power else "")
     )
     lines.append(
         f"cost               {c['usd_per_hour']:12.2f} $/h   {c['usd_per_step']:.4f} $/step"

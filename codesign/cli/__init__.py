@@ -37,8 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     # XLA's C++ log prints a spurious "E1201 cpu_aot_loader ... could lead to SIGILL" line per
     # program loaded from the on-disk compilation cache (tuning flags such as
     # +prefer-no-gather are compared as CPU features); real failures still raise Python
-    # exceptions.  TF_CPP_MIN_LOG_LEVEL set by the user wins (0 shows everything).
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # exceptions.  Importing JAX sets TF_CPP_MIN_LOG_LEVEL=1 for child processes, so a value
+    # found here is no sign of a user's wish: CODESIGN_XLA_LOG=1 keeps the log as it is.
+    if not os.environ.get("CODESIGN_XLA_LOG"):
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     import warnings
 
     def one_line(message, category, filename, lineno, file=None, line=None):
