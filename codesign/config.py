@@ -3,7 +3,7 @@
 A run file has ``[model]``, ``[training]``, ``[system]`` with ``[[system.tiers]]`` (innermost
 first), ``[strategy]`` and optionally ``[efficiency]``.  ``[model]``, ``[system]`` and each tier
 may name a ``preset`` (``model.preset``, ``system.accelerator``, ``tiers[i].preset``) from the
-catalog in ``hardware/`` (``models.toml``, ``accelerators.toml``, ``fabrics.toml``, each
+catalog in ``codesign/hardware/`` (``models.toml``, ``accelerators.toml``, ``fabrics.toml``, each
 number with its source); every other key overrides the preset.  The schema is documented in
 the README.  Every error is a :class:`~codesign.specs.SpecError` naming the field, the value
 and what is allowed, raised before any tracing.
