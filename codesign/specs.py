@@ -119,8 +119,9 @@ class Accelerator:
 
     peak_tflops: float
     """Dense BF16/FP16 tensor-core peak, TFLOP/s."""
-    peak_tflops_fp8: float
-    """Dense FP8 peak, TFLOP/s (0 when FP8 is unsupported)."""
+    peak_tflops_fp8: float = 0.0
+    """Dense FP8 peak, TFLOP/s; 0 (the default) when FP8 is unsupported or not given, which
+    only an FP8 run rejects."""
     hbm_gb: float
     hbm_tbps: float
     power_w: float

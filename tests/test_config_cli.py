@@ -415,3 +415,27 @@ def test_distributed_without_a_cluster_is_one_line(env, field):
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     assert proc.stderr.startswith(f"codesign: error: {field}"), proc.stderr
+
+
+def test_custom_accelerator_needs_no_fp8_peak_unless_it_trains_in_fp8():
+    doc = {
+        "model": {"preset": "llama3-8b"},
+        "training": {"global_batch": 64},
+        "system": {
+            "num_accelerators": 8,
+            "peak_tflops": 500.0,
+            "hbm_gb": 96.0,
+            "hbm_tbps": 3.0,
+            "power_w": 600.0,
+            "price_usd": 20000.0,
+            "tiers": [{"preset": "nvlink4", "domain": 8}],
+        },
+        "strategy": {"tp": 1, "pp": 1, "dp": 8},
+    }
+    cfg = cd.load_run_dict(doc)
+    assert float(cfg.system.accelerator.peak_tflops_fp8) == 0.0
+    assert float(cd.evaluate(*cfg.specs()).step_time_s) > 0
+    doc["training"]["precision"] = "fp8"
+    with pytest.raises(cd.SpecError) as e:
+        cd.load_run_dict(doc)
+    assert e.value.field == "training.precision"
