@@ -13,6 +13,9 @@ the post-refactor import paths first, then the pre-refactor ones), so the same s
 produces the snapshot of an old revision (``PYTHONPATH=<old checkout> python
 experiments/refactor_check.py --write before.json``) and checks the new one.
 
+``experiments/results/refactor_baseline.json`` is the pre-refactor code (2468f90) run on the
+current problem files (copied into its checkout), so the comparison isolates the code.
+
 Usage: python experiments/refactor_check.py --compare experiments/results/refactor_baseline.json
 """
 
