@@ -26,7 +26,7 @@ of tiers): they are grouped by tree structure, each group's specs are stacked in
 with ``[B]``-shaped leaves (``jax.tree.map(lambda *x: jnp.stack(x), ...)``) and evaluated with
 ``jax.vmap(evaluate_unchecked)``; all groups are summed in one jitted loss.  The whole
 optimization (Adam with a cosine learning-rate schedule, then optionally L-BFGS) runs inside
-one ``jax.lax.scan`` under ``jax.jit`` (see ``/work/shared/design/jax-practices.md``,
+one ``jax.lax.scan`` under ``jax.jit`` (see the project's JAX practices notes, ``../shared/design/jax-practices.md``,
 "Optimisation loops"), so it is deterministic: the same inputs give the same result, bit for
 bit, on the same machine.  Row weights are a dynamic input, so fitting different splits of the
 same rows (weight 0 = held out) reuses one compiled program.
