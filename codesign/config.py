@@ -226,8 +226,14 @@ def efficiency_preset(name: str, stack: str | None = None) -> Efficiency:
     if stack is not None and stack not in STACKS:
         raise SpecError("efficiency.stack", stack, f"one of {', '.join(STACKS)}")
     base, _ = _apply_stack(_preset("efficiency", name, "efficiency.preset"), stack)
-    skip = {k for k in base if k.startswith("calibrated_") or k in _EFFICIENCY_PROVENANCE_KEYS}
-    eff = _fill(Efficiency, base, "efficiency", skip=skip)
+    return _efficiency(base)
+
+
+def _efficiency(table: dict) -> Efficiency:
+    """A checked :class:`Efficiency` from a preset table (provenance and ``calibrated_*``
+    entries skipped)."""
+    skip = {k for k in table if k.startswith("calibrated_") or k in _EFFICIENCY_PROVENANCE_KEYS}
+    eff = _fill(Efficiency, table, "efficiency", skip=skip)
     check_efficiency(eff)
     return eff
 
@@ -373,9 +379,7 @@ def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
     eff_base, stack = _apply_stack(eff_base, stack)
     system = _apply_calibrated(eff_base, eff_sec, training, strategy, system, sys_names)
     eff_base.update(eff_sec)
-    skip = {k for k in eff_base if k.startswith("calibrated_") or k in _EFFICIENCY_PROVENANCE_KEYS}
-    efficiency = _fill(Efficiency, eff_base, "efficiency", skip=skip)
-    check_efficiency(efficiency)
+    efficiency = _efficiency(eff_base)
     if check:
         check_strategy(strategy, model, training, system)
     sys_names = {k: v for k, v in sys_names.items() if not k.startswith("_")}

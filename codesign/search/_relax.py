@@ -218,6 +218,14 @@ def masked_softmax(logits, mask):
     return jax.nn.softmax(jnp.where(mask > 0, logits, _BIG))
 
 
+def _log2_axis(params: dict, key: str, lo_hi, free: bool, unit: bool, value, zero):
+    """log2 of one box axis: the free variable in its box, else 0 for a unit degree (a literal
+    the compiler folds away), else the base value."""
+    if free:
+        return _in_box(params[key], lo_hi)
+    return zero if unit else jnp.log2(value)
+
+
 def degrees_of(params: dict, space: Space, box: Box, base: dict) -> dict:
     """Relaxed log2 values: degrees (tp, pp, dp, cp, ep), N (``n``), microbatch (``mb``),
     interleave (``v``), the share of log2 N left to the free degrees (``rest``) and every
@@ -239,22 +247,20 @@ def degrees_of(params: dict, space: Space, box: Box, base: dict) -> dict:
         out["dp"] = rest
     out["n"] = log2_n
     out["rest"] = rest
-    out["mb"] = (
-        _in_box(params["mb"], box.log2_mb) if space.free_microbatch else jnp.log2(st.microbatch)
+    out["mb"] = _log2_axis(
+        params, "mb", box.log2_mb, space.free_microbatch, False, st.microbatch, zero
     )
-    out["ep"] = (
-        _in_box(params["ep"], box.log2_ep)
-        if space.free_ep
-        else zero
-        if "ep" in space.unit
-        else jnp.log2(st.ep)
+    out["ep"] = _log2_axis(
+        params, "ep", box.log2_ep, space.free_ep, "ep" in space.unit, st.ep, zero
     )
-    out["v"] = (
-        _in_box(params["v"], box.log2_v)
-        if space.free_interleave
-        else zero
-        if "interleave" in space.unit
-        else jnp.log2(st.interleave)
+    out["v"] = _log2_axis(
+        params,
+        "v",
+        box.log2_v,
+        space.free_interleave,
+        "interleave" in space.unit,
+        st.interleave,
+        zero,
     )
     bw = [t.bandwidth_gbps for t in sy.tiers]
     if space.free_tiers:
@@ -265,9 +271,10 @@ def degrees_of(params: dict, space: Space, box: Box, base: dict) -> dict:
     return out
 
 
-def to_specs(params: dict, space: Space, box: Box, base: dict) -> dict:
-    """Specs of the relaxed design ``params`` (a dict like ``base``)."""
-    z = degrees_of(params, space, box, base)
+def to_specs(params: dict, space: Space, box: Box, base: dict, z: dict | None = None) -> dict:
+    """Specs of the relaxed design ``params`` (a dict like ``base``); ``z`` is
+    :func:`degrees_of` when the caller has it already."""
+    z = degrees_of(params, space, box, base) if z is None else z
     sy, st = base["system"], base["strategy"]
     dtype = jnp.result_type(float)
     kw = {d: 1.0 if d in space.unit else 2.0 ** z[d] for d in ("tp", "pp", "dp", "cp")}
@@ -305,12 +312,12 @@ def _log_ratio_capped(x, cap):
 def loss_terms(params: dict, tau, space: Space, box: Box, base: dict) -> dict:
     """Objective (its natural units), log objective and the constraint violations
     (:data:`VIOLATION_NAMES`, log ratios: <= 0 is feasible)."""
-    s = to_specs(params, space, box, base)
+    z = degrees_of(params, space, box, base)
+    s = to_specs(params, space, box, base, z)
     sm = Smoothing(exact=False, tau=tau)
     r = evaluate_unchecked(
         s["model"], s["training"], s["system"], s["strategy"], s["efficiency"], sm
     )
-    z = degrees_of(params, space, box, base)
     obj = OBJECTIVES[space.objective](r)
     sy = s["system"]
     tr, m = base["training"], base["model"]
