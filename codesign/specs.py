@@ -16,12 +16,21 @@ field, the value and what is allowed, before any tracing.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+
+from codesign.checks import (
+    PLAUSIBLE,
+    SpecError,
+    check_efficiency,
+    check_model,
+    check_system,
+    plausibility_warnings,
+    positive,
+)
 
 __all__ = [
     "SpecError",
@@ -36,6 +45,8 @@ __all__ = [
     "ZERO_STAGES",
     "PARALLEL_DIMS",
     "PRECISIONS",
+    "RECOMPUTE_MODULES",
+    "precision_family",
     "make_strategy",
     "check_model",
     "check_system",
@@ -49,16 +60,38 @@ __all__ = [
 RECOMPUTE_MODES = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
 PARALLEL_DIMS = ("tp", "cp", "ep", "dp", "pp")
-PRECISIONS = ("bf16", "fp16", "fp8")
+PRECISIONS = (
+    "bf16",
+    "fp16",
+    "fp8",
+    "fp8-delayed",
+    "fp8-current",
+    "mxfp8",
+    "fp4",
+    "nvfp4",
+    "mxfp4",
+)
+"""GEMM precisions.  ``fp8`` is an FP8 recipe left unspecified (modelled as ``fp8-delayed``,
+per-tensor delayed scaling, Micikevicius et al. 2022, arXiv:2209.05433); ``fp8-current``
+is per-tensor current scaling (an extra amax pass over each quantized tensor); ``mxfp8``
+block-scales 32 elements by one E8M0 byte (OCP Microscaling spec v1.0, 2023); ``fp4`` is
+``nvfp4`` (16-element blocks, FP8 E4M3 scales plus a per-tensor scale; NVIDIA Blackwell)
+and ``mxfp4`` 32-element blocks with E8M0 scales (OCP MX)."""
+
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "moe", "mla_up_proj")
+"""Modules that selective recomputation can re-run (Megatron-Core ``recompute_modules``):
+the attention core, the LayerNorms, the dense MLP, the MoE experts' activation function,
+the whole MoE layer, and MLA's up-projections."""
+
+
+def precision_family(precision: str) -> str:
+    """``"half"``, ``"fp8"`` or ``"fp4"``: which peak rate the GEMMs of a precision use."""
+    if precision in ("bf16", "fp16"):
+        return "half"
+    return "fp4" if "fp4" in precision else "fp8"
+
+
 DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
-
-
-class SpecError(ValueError):
-    """Invalid input: names the field, the value and what is allowed."""
-
-    def __init__(self, field: str, value, allowed: str):
-        self.field, self.value, self.allowed = field, value, allowed
-        super().__init__(f"{field} = {value!r} is invalid: {allowed}")
 
 
 @struct.dataclass(kw_only=True)
@@ -94,6 +127,17 @@ class Model:
     moe_shared_experts: float = 0.0
     moe_layers: float = 0.0
     """How many of the layers are MoE layers (0 for a dense model)."""
+    q_lora_rank: float = 0.0
+    """Multi-head latent attention (MLA, DeepSeek-V2/V3, arXiv:2405.04434): rank of the query
+    down-projection (0: queries projected directly from the hidden state)."""
+    kv_lora_rank: float = 0.0
+    """MLA rank of the compressed key/value latent; 0 for standard (GQA) attention."""
+    qk_rope_head_dim: float = 0.0
+    """MLA per-head dimension of the decoupled rotary part of queries and keys."""
+    qk_nope_head_dim: float = 0.0
+    """MLA per-head dimension of the non-rotary part of queries and keys."""
+    v_head_dim: float = 0.0
+    """MLA per-head value dimension."""
 
 
 @struct.dataclass(kw_only=True)
@@ -122,10 +166,16 @@ class Accelerator:
     peak_tflops_fp8: float = 0.0
     """Dense FP8 peak, TFLOP/s; 0 (the default) when FP8 is unsupported or not given, which
     only an FP8 run rejects."""
+    peak_tflops_fp4: float = 0.0
+    """Dense FP4 (NVFP4/MXFP4) peak, TFLOP/s; 0 (the default) when unsupported or not given,
+    which only an FP4 run rejects."""
     hbm_gb: float
     hbm_tbps: float
     power_w: float
     price_usd: float
+    host_link_gbps: float = 0.0
+    """Bandwidth to host memory, GB/s per accelerator per direction (PCIe Gen5 x16: 64; the
+    NVLink-C2C of a Grace superchip: more); 0 (the default): not given, no offloading."""
 
 
 @struct.dataclass(kw_only=True)
@@ -181,8 +231,10 @@ class System:
 class Strategy:
     """A parallel strategy (Megatron-LM/Megatron-Core semantics).
 
-    ``tp * pp * dp * cp`` equals the accelerator count; ``ep`` divides ``dp * cp``
-    (expert parallelism is folded into the data- and context-parallel ranks).
+    ``tp * pp * dp * cp`` equals the accelerator count.  MoE layers are laid out by
+    Megatron-Core's MoE parallel folding (Liu et al. 2025, arXiv:2504.14960): the same ranks
+    are regrouped as ``etp x ep x edp`` for the experts, so ``ep * etp`` divides
+    ``tp * dp * cp`` (``etp`` = 0 means "same as ``tp``", Megatron's default).
     ``recompute`` is a weight vector over ``RECOMPUTE_MODES`` and ``zero`` over
     ``ZERO_STAGES`` (one-hot for the exact model).  ``placement`` gives, for each of
     ``PARALLEL_DIMS`` (tp, cp, ep, dp, pp), its rank in the order of laying dimensions on the
@@ -206,6 +258,37 @@ class Strategy:
     """1 overlaps tensor-parallel communication with GEMMs (userbuffers/TP-comm-overlap)."""
     flash_attention: float = 1.0
     """1: fused attention that never stores the s x s scores (Dao et al. 2022)."""
+    etp: float = 0.0
+    """Expert tensor-parallel degree; 0: the same as ``tp`` (Megatron-Core's default)."""
+    pp_first_layers: float = 0.0
+    """Layers on the first pipeline stage (Megatron-Core ``num_layers_in_first_pipeline_stage``);
+    0: automatic (see :mod:`codesign.pipeline`)."""
+    pp_last_layers: float = 0.0
+    """Layers on the last pipeline stage (``num_layers_in_last_pipeline_stage``); 0: automatic."""
+    pp_embedding_in_split: float = 0.0
+    """1: the input embedding counts as one layer in the pipeline split
+    (``account_for_embedding_in_pipeline_split``)."""
+    pp_loss_in_split: float = 0.0
+    """1: the output layer and loss count as one layer (``account_for_loss_in_pipeline_split``)."""
+    recompute_fraction: float = 1.0
+    """With ``recompute = "full"``: the fraction of each stage's layers that are fully
+    recomputed (Megatron's ``recompute_method = "block"`` with ``recompute_num_layers``); the
+    others store all their activations.  1: every layer (the classic full recomputation)."""
+    recompute_modules: jnp.ndarray = None  # type: ignore[assignment]
+    """With ``recompute = "selective"``: weights (0..1) over :data:`RECOMPUTE_MODULES`;
+    Megatron's default is the attention core only."""
+    offload_activations: float = 0.0
+    """Fraction (0..1) of the stored activations offloaded to host memory over the host link
+    during the forward pass and reloaded for the backward pass."""
+    offload_optimizer: float = 0.0
+    """Fraction (0..1) of the optimizer state kept in host memory and stepped by the CPU
+    (Megatron-Core ``optimizer_cpu_offload`` with ``optimizer_offload_fraction``)."""
+    overlap_moe_comm: float = 0.0
+    """1: expert-parallel all-to-all overlapped with the compute of another micro-batch
+    (Megatron-Core ``overlap_moe_expert_parallel_comm``; DualPipe-style, DeepSeek-AI 2024)."""
+    moe_hierarchical_dispatch: float = 0.0
+    """1: tokens cross each outer tier once per destination domain and are forwarded inside
+    it (DeepEP / HybridEP dispatch): top-k copies to the same domain are deduplicated."""
 
 
 @struct.dataclass(kw_only=True)
@@ -286,6 +369,17 @@ class Efficiency:
     recompute_factor: float = 1.0
     """Time of a full recomputation over the forward pass.  Source: 1, one extra forward
     (Korthikanti et al. 2022, Sec. 5); calibrated per software stack."""
+    ep_overlap_eff: float = 0.5
+    """Fraction of the expert-parallel all-to-all hidden behind another micro-batch's compute
+    when ``overlap_moe_comm`` is on.  Estimate; calibrated."""
+    offload_overlap_eff: float = 0.8
+    """Fraction of the activation offload/reload traffic hidden behind compute.  Estimate."""
+    grouped_gemm_eff: float = 1.0
+    """Efficiency of the experts' grouped GEMMs relative to a dense GEMM of the same shape.
+    1 (by construction); calibrated."""
+    moe_permute_factor: float = 1.0
+    """HBM traffic of MoE routing (router, permutation and un-permutation of the dispatched
+    tokens) over its minimal count.  1 (by construction); calibrated."""
 
 
 # --------------------------------------------------------------------------------------
@@ -325,6 +419,17 @@ def make_strategy(
     overlap_dp: bool = True,
     overlap_tp: bool = False,
     flash_attention: bool = True,
+    etp: float = 0,
+    pp_first_layers: float = 0,
+    pp_last_layers: float = 0,
+    pp_embedding_in_split: bool = False,
+    pp_loss_in_split: bool = False,
+    recompute_fraction: float = 1.0,
+    recompute_modules: Sequence[str] = ("core_attn",),
+    offload_activations: float = 0.0,
+    offload_optimizer: float = 0.0,
+    overlap_moe_comm: bool = False,
+    moe_hierarchical_dispatch: bool = False,
 ) -> Strategy:
     """Build a :class:`Strategy` from readable values (checked).
 
@@ -343,9 +448,30 @@ def make_strategy(
         ("overlap_dp", overlap_dp),
         ("overlap_tp", overlap_tp),
         ("flash_attention", flash_attention),
+        ("pp_embedding_in_split", pp_embedding_in_split),
+        ("pp_loss_in_split", pp_loss_in_split),
+        ("overlap_moe_comm", overlap_moe_comm),
+        ("moe_hierarchical_dispatch", moe_hierarchical_dispatch),
     ):
         if not isinstance(flag, bool | np.bool_) and flag not in (0, 1):
             raise SpecError(f"strategy.{name}", flag, "true or false")
+    if isinstance(recompute_modules, str):
+        recompute_modules = [recompute_modules]
+    for mod in recompute_modules:
+        if mod not in RECOMPUTE_MODULES:
+            raise SpecError(
+                "strategy.recompute_modules",
+                list(recompute_modules),
+                f"a list of {list(RECOMPUTE_MODULES)}",
+            )
+    for name, frac in (
+        ("recompute_fraction", recompute_fraction),
+        ("offload_activations", offload_activations),
+        ("offload_optimizer", offload_optimizer),
+    ):
+        v = positive(f"strategy.{name}", frac, allow_zero=True)
+        if v > 1:
+            raise SpecError(f"strategy.{name}", frac, "a fraction in [0, 1]")
     return Strategy(
         tp=float(tp),
         pp=float(pp),
@@ -361,162 +487,18 @@ def make_strategy(
         overlap_dp=float(bool(overlap_dp)),
         overlap_tp=float(bool(overlap_tp)),
         flash_attention=float(bool(flash_attention)),
+        etp=float(etp),
+        pp_first_layers=float(pp_first_layers),
+        pp_last_layers=float(pp_last_layers),
+        pp_embedding_in_split=float(bool(pp_embedding_in_split)),
+        pp_loss_in_split=float(bool(pp_loss_in_split)),
+        recompute_fraction=float(recompute_fraction),
+        recompute_modules=np.array([float(m in recompute_modules) for m in RECOMPUTE_MODULES]),
+        offload_activations=float(offload_activations),
+        offload_optimizer=float(offload_optimizer),
+        overlap_moe_comm=float(bool(overlap_moe_comm)),
+        moe_hierarchical_dispatch=float(bool(moe_hierarchical_dispatch)),
     )
-
-
-def positive(field: str, value, integer: bool = False, allow_zero: bool = False) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise SpecError(field, value, "a number") from None
-    if not math.isfinite(v):
-        raise SpecError(field, value, "a finite number")
-    if allow_zero and v == 0:
-        return v
-    if v <= 0:
-        raise SpecError(field, value, "a positive number" + (" or 0" if allow_zero else ""))
-    if integer and v != round(v):
-        raise SpecError(field, value, "a positive integer")
-    return v
-
-
-def check_model(m: Model) -> None:
-    """Check a concrete :class:`Model`; raise :class:`SpecError` on the first bad field."""
-    for f in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len"):
-        positive(f"model.{f}", getattr(m, f), integer=True)
-    if float(m.heads) % float(m.kv_heads):
-        raise SpecError("model.kv_heads", m.kv_heads, f"a divisor of model.heads = {m.heads:g}")
-    positive("model.head_dim", m.head_dim, integer=True, allow_zero=True)
-    if float(m.head_dim) == 0 and float(m.hidden) % float(m.heads):
-        raise SpecError(
-            "model.hidden",
-            m.hidden,
-            f"a multiple of model.heads = {m.heads:g} (or set model.head_dim)",
-        )
-    for f in ("gated_mlp", "tied_embeddings", "dropout"):
-        if float(getattr(m, f)) not in (0.0, 1.0):
-            raise SpecError(f"model.{f}", getattr(m, f), "true or false")
-    for f in ("moe_experts", "moe_top_k", "moe_ffn_hidden", "moe_shared_experts", "moe_layers"):
-        positive(f"model.{f}", getattr(m, f), integer=True, allow_zero=True)
-    if m.moe_experts > 0:
-        if not 1 <= m.moe_top_k <= m.moe_experts:
-            raise SpecError(
-                "model.moe_top_k", m.moe_top_k, f"between 1 and moe_experts = {m.moe_experts:g}"
-            )
-        if m.moe_ffn_hidden <= 0:
-            raise SpecError("model.moe_ffn_hidden", m.moe_ffn_hidden, "positive for an MoE model")
-        if not 0 < m.moe_layers <= m.layers:
-            raise SpecError(
-                "model.moe_layers", m.moe_layers, f"between 1 and layers = {m.layers:g}"
-            )
-
-
-def check_system(s: System) -> None:
-    """Check a concrete :class:`System`; raise :class:`SpecError` on the first bad field."""
-    a = s.accelerator
-    for f in ("peak_tflops", "hbm_gb", "hbm_tbps"):
-        positive(f"system.{f}", getattr(a, f))
-    for f in ("peak_tflops_fp8", "power_w", "price_usd"):
-        positive(f"system.{f}", getattr(a, f), allow_zero=True)
-    n = positive("system.num_accelerators", s.num_accelerators, integer=True)
-    if len(s.tiers) == 0:
-        raise SpecError("system.tiers", [], "at least one [[system.tiers]] table (innermost first)")
-    prev = 1.0
-    for i, t in enumerate(s.tiers):
-        d = positive(f"system.tiers[{i}].domain", t.domain, integer=True)
-        # Domains grow outwards; a domain larger than the cluster counts as the cluster
-        # (one 8-GPU node holding a 1-GPU run is fine).
-        if min(d, n) < min(prev, n):
-            raise SpecError(
-                f"system.tiers[{i}].domain",
-                t.domain,
-                f"at least the inner tier's domain ({prev:g})",
-            )
-        prev = max(d, prev)
-        positive(f"system.tiers[{i}].bandwidth_gbps", t.bandwidth_gbps)
-        positive(f"system.tiers[{i}].latency_us", t.latency_us, allow_zero=True)
-        if float(t.oversubscription) < 1:
-            raise SpecError(
-                f"system.tiers[{i}].oversubscription", t.oversubscription, "a ratio >= 1"
-            )
-        positive(f"system.tiers[{i}].price_per_gbps_usd", t.price_per_gbps_usd, allow_zero=True)
-        positive(f"system.tiers[{i}].power_w", t.power_w, allow_zero=True)
-        eff = positive(f"system.tiers[{i}].efficiency", t.efficiency)
-        if eff > 1:
-            raise SpecError(f"system.tiers[{i}].efficiency", t.efficiency, "a fraction in (0, 1]")
-    if prev < n:
-        raise SpecError(
-            "system.tiers",
-            f"outermost domain {prev:g}",
-            f"the outermost tier must reach all num_accelerators = {n:g} (add a tier)",
-        )
-    if not positive("system.pue", s.pue) >= 1:
-        raise SpecError("system.pue", s.pue, "a ratio >= 1 (facility power over IT power)")
-    positive("system.amortization_years", s.amortization_years)
-    for f in ("usd_per_kwh", "host_capex_usd_per_accelerator", "host_power_w_per_accelerator"):
-        positive(f"system.{f}", getattr(s, f), allow_zero=True)
-
-
-_FRACTIONS = ("gemm_max", "attention_eff", "hbm_eff")
-_OVERLAPS = ("dp_overlap_eff", "tp_overlap_eff", "cp_overlap_eff", "p2p_overlap_eff")
-
-
-def check_efficiency(eff: Efficiency) -> None:
-    """Check concrete efficiency parameters: rates in (0, 1], overlaps in [0, 1], sizes >= 0."""
-    for f in _FRACTIONS:
-        v = positive(f"efficiency.{f}", getattr(eff, f))
-        if v > 1:
-            raise SpecError(f"efficiency.{f}", getattr(eff, f), "a fraction of peak in (0, 1]")
-    for f in _OVERLAPS:
-        v = positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
-        if v > 1:
-            raise SpecError(f"efficiency.{f}", getattr(eff, f), "a fraction in [0, 1]")
-    for f in (
-        "elementwise_traffic",
-        "optimizer_bytes_per_param",
-        "backward_factor",
-        "recompute_factor",
-    ):
-        positive(f"efficiency.{f}", getattr(eff, f))
-    if float(eff.moe_imbalance) < 1:
-        raise SpecError("efficiency.moe_imbalance", eff.moe_imbalance, "a factor >= 1")
-    for f in ("gemm_half_dim", "step_overhead_s", "memory_overhead_gb"):
-        positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
-
-
-PLAUSIBLE = {
-    "system.peak_tflops": (1.0, 1e5, "TFLOP/s per accelerator"),
-    "system.hbm_gb": (1.0, 1e4, "GB per accelerator"),
-    "system.hbm_tbps": (0.05, 1e3, "TB/s per accelerator"),
-    "system.tiers[].bandwidth_gbps": (0.1, 1e5, "GB/s per accelerator per direction"),
-    "system.tiers[].latency_us": (0.0, 1e6, "microseconds (1e6 us = 1 s)"),
-    "system.tiers[].oversubscription": (1.0, 1e3, "ratio"),
-    "system.price_usd": (0.0, 1e7, "USD per accelerator"),
-    "system.tiers[].price_per_gbps_usd": (0.0, 1e5, "USD per GB/s per accelerator"),
-}
-"""Plausible ranges ``(lo, hi, unit)``: a value outside is legal but almost surely a unit
-mistake, so it is reported as a warning (:func:`plausibility_warnings`), not an error.
-Errors are reserved for values that are impossible or inconsistent (a negative bandwidth,
-a PUE below 1, a head count that does not divide the width)."""
-
-
-def plausibility_warnings(system: System) -> list[str]:
-    """One message per value of ``system`` outside :data:`PLAUSIBLE` (empty when all are)."""
-    out = []
-
-    def check(key: str, field: str, value) -> None:
-        lo, hi, unit = PLAUSIBLE[key]
-        v = float(value)
-        if not lo <= v <= hi:
-            out.append(f"{field} = {v:g} is outside the plausible range [{lo:g}, {hi:g}] {unit}")
-
-    a = system.accelerator
-    for f in ("peak_tflops", "hbm_gb", "hbm_tbps", "price_usd"):
-        check(f"system.{f}", f"system.{f}", getattr(a, f))
-    for i, t in enumerate(system.tiers):
-        for f in ("bandwidth_gbps", "latency_us", "oversubscription", "price_per_gbps_usd"):
-            check(f"system.tiers[].{f}", f"system.tiers[{i}].{f}", getattr(t, f))
-    return out
 
 
 def check_training(training: Training) -> None:

@@ -334,7 +334,7 @@ def evaluate(
     eff = efficiency
     leaves = jax.tree_util.tree_leaves((model, training, system, strategy, eff))
     if _is_concrete_scalar_tree((model, training, system, strategy, eff)) and all(
-        jnp.ndim(x) == 0 or (jnp.ndim(x) == 1 and jnp.shape(x)[0] in (3, 4, 5)) for x in leaves
+        jnp.ndim(x) == 0 or (jnp.ndim(x) == 1 and jnp.shape(x)[0] in (3, 4, 5, 6)) for x in leaves
     ):
         check_all(model, training, system, strategy, eff)
     return _evaluate_jit(model, training, system, strategy, eff, smoothing)

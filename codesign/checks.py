@@ -1,0 +1,200 @@
+"""Checks of concrete inputs, before any tracing: a :class:`SpecError` names the field.
+
+Errors are for values that are impossible or inconsistent (a negative bandwidth, a PUE below
+1, a head count that does not divide the width); values that are legal but almost surely a
+unit mistake are warnings (:data:`PLAUSIBLE`, :func:`plausibility_warnings`).  The specs are
+read by attribute only, so this module sits below :mod:`codesign.specs`.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = [
+    "SpecError",
+    "positive",
+    "check_model",
+    "check_system",
+    "check_efficiency",
+    "PLAUSIBLE",
+    "plausibility_warnings",
+]
+
+
+class SpecError(ValueError):
+    """Invalid input: names the field, the value and what is allowed."""
+
+    def __init__(self, field: str, value, allowed: str):
+        self.field, self.value, self.allowed = field, value, allowed
+        super().__init__(f"{field} = {value!r} is invalid: {allowed}")
+
+
+def positive(field: str, value, integer: bool = False, allow_zero: bool = False) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise SpecError(field, value, "a number") from None
+    if not math.isfinite(v):
+        raise SpecError(field, value, "a finite number")
+    if allow_zero and v == 0:
+        return v
+    if v <= 0:
+        raise SpecError(field, value, "a positive number" + (" or 0" if allow_zero else ""))
+    if integer and v != round(v):
+        raise SpecError(field, value, "a positive integer")
+    return v
+
+
+def check_model(m) -> None:
+    """Check a concrete :class:`Model`; raise :class:`SpecError` on the first bad field."""
+    for f in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len"):
+        positive(f"model.{f}", getattr(m, f), integer=True)
+    if float(m.heads) % float(m.kv_heads):
+        raise SpecError("model.kv_heads", m.kv_heads, f"a divisor of model.heads = {m.heads:g}")
+    positive("model.head_dim", m.head_dim, integer=True, allow_zero=True)
+    if float(m.head_dim) == 0 and float(m.hidden) % float(m.heads):
+        raise SpecError(
+            "model.hidden",
+            m.hidden,
+            f"a multiple of model.heads = {m.heads:g} (or set model.head_dim)",
+        )
+    for f in ("gated_mlp", "tied_embeddings", "dropout"):
+        if float(getattr(m, f)) not in (0.0, 1.0):
+            raise SpecError(f"model.{f}", getattr(m, f), "true or false")
+    for f in ("moe_experts", "moe_top_k", "moe_ffn_hidden", "moe_shared_experts", "moe_layers"):
+        positive(f"model.{f}", getattr(m, f), integer=True, allow_zero=True)
+    for f in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+        positive(f"model.{f}", getattr(m, f), integer=True, allow_zero=True)
+    if m.kv_lora_rank > 0 and (m.qk_nope_head_dim + m.qk_rope_head_dim <= 0 or m.v_head_dim <= 0):
+        raise SpecError(
+            "model.v_head_dim",
+            m.v_head_dim,
+            "positive, with qk_nope_head_dim + qk_rope_head_dim > 0, for MLA (kv_lora_rank > 0)",
+        )
+    if m.moe_experts > 0:
+        if not 1 <= m.moe_top_k <= m.moe_experts:
+            raise SpecError(
+                "model.moe_top_k", m.moe_top_k, f"between 1 and moe_experts = {m.moe_experts:g}"
+            )
+        if m.moe_ffn_hidden <= 0:
+            raise SpecError("model.moe_ffn_hidden", m.moe_ffn_hidden, "positive for an MoE model")
+        if not 0 < m.moe_layers <= m.layers:
+            raise SpecError(
+                "model.moe_layers", m.moe_layers, f"between 1 and layers = {m.layers:g}"
+            )
+
+
+def check_system(s) -> None:
+    """Check a concrete :class:`System`; raise :class:`SpecError` on the first bad field."""
+    a = s.accelerator
+    for f in ("peak_tflops", "hbm_gb", "hbm_tbps"):
+        positive(f"system.{f}", getattr(a, f))
+    for f in ("peak_tflops_fp8", "peak_tflops_fp4", "power_w", "price_usd", "host_link_gbps"):
+        positive(f"system.{f}", getattr(a, f), allow_zero=True)
+    n = positive("system.num_accelerators", s.num_accelerators, integer=True)
+    if len(s.tiers) == 0:
+        raise SpecError("system.tiers", [], "at least one [[system.tiers]] table (innermost first)")
+    prev = 1.0
+    for i, t in enumerate(s.tiers):
+        d = positive(f"system.tiers[{i}].domain", t.domain, integer=True)
+        # Domains grow outwards; a domain larger than the cluster counts as the cluster
+        # (one 8-GPU node holding a 1-GPU run is fine).
+        if min(d, n) < min(prev, n):
+            raise SpecError(
+                f"system.tiers[{i}].domain",
+                t.domain,
+                f"at least the inner tier's domain ({prev:g})",
+            )
+        prev = max(d, prev)
+        positive(f"system.tiers[{i}].bandwidth_gbps", t.bandwidth_gbps)
+        positive(f"system.tiers[{i}].latency_us", t.latency_us, allow_zero=True)
+        if float(t.oversubscription) < 1:
+            raise SpecError(
+                f"system.tiers[{i}].oversubscription", t.oversubscription, "a ratio >= 1"
+            )
+        positive(f"system.tiers[{i}].price_per_gbps_usd", t.price_per_gbps_usd, allow_zero=True)
+        positive(f"system.tiers[{i}].power_w", t.power_w, allow_zero=True)
+        eff = positive(f"system.tiers[{i}].efficiency", t.efficiency)
+        if eff > 1:
+            raise SpecError(f"system.tiers[{i}].efficiency", t.efficiency, "a fraction in (0, 1]")
+    if prev < n:
+        raise SpecError(
+            "system.tiers",
+            f"outermost domain {prev:g}",
+            f"the outermost tier must reach all num_accelerators = {n:g} (add a tier)",
+        )
+    if not positive("system.pue", s.pue) >= 1:
+        raise SpecError("system.pue", s.pue, "a ratio >= 1 (facility power over IT power)")
+    positive("system.amortization_years", s.amortization_years)
+    for f in ("usd_per_kwh", "host_capex_usd_per_accelerator", "host_power_w_per_accelerator"):
+        positive(f"system.{f}", getattr(s, f), allow_zero=True)
+
+
+_FRACTIONS = ("gemm_max", "attention_eff", "hbm_eff", "grouped_gemm_eff")
+_OVERLAPS = (
+    "dp_overlap_eff",
+    "tp_overlap_eff",
+    "cp_overlap_eff",
+    "p2p_overlap_eff",
+    "ep_overlap_eff",
+    "offload_overlap_eff",
+)
+
+
+def check_efficiency(eff) -> None:
+    """Check concrete efficiency parameters: rates in (0, 1], overlaps in [0, 1], sizes >= 0."""
+    for f in _FRACTIONS:
+        v = positive(f"efficiency.{f}", getattr(eff, f))
+        if v > 1:
+            raise SpecError(f"efficiency.{f}", getattr(eff, f), "a fraction of peak in (0, 1]")
+    for f in _OVERLAPS:
+        v = positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
+        if v > 1:
+            raise SpecError(f"efficiency.{f}", getattr(eff, f), "a fraction in [0, 1]")
+    for f in (
+        "elementwise_traffic",
+        "optimizer_bytes_per_param",
+        "backward_factor",
+        "recompute_factor",
+        "moe_permute_factor",
+    ):
+        positive(f"efficiency.{f}", getattr(eff, f))
+    if float(eff.moe_imbalance) < 1:
+        raise SpecError("efficiency.moe_imbalance", eff.moe_imbalance, "a factor >= 1")
+    for f in ("gemm_half_dim", "step_overhead_s", "memory_overhead_gb"):
+        positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
+
+
+PLAUSIBLE = {
+    "system.peak_tflops": (1.0, 1e5, "TFLOP/s per accelerator"),
+    "system.hbm_gb": (1.0, 1e4, "GB per accelerator"),
+    "system.hbm_tbps": (0.05, 1e3, "TB/s per accelerator"),
+    "system.tiers[].bandwidth_gbps": (0.1, 1e5, "GB/s per accelerator per direction"),
+    "system.tiers[].latency_us": (0.0, 1e6, "microseconds (1e6 us = 1 s)"),
+    "system.tiers[].oversubscription": (1.0, 1e3, "ratio"),
+    "system.price_usd": (0.0, 1e7, "USD per accelerator"),
+    "system.tiers[].price_per_gbps_usd": (0.0, 1e5, "USD per GB/s per accelerator"),
+}
+"""Plausible ranges ``(lo, hi, unit)``: a value outside is legal but almost surely a unit
+mistake, so it is reported as a warning (:func:`plausibility_warnings`), not an error.
+Errors are reserved for values that are impossible or inconsistent (a negative bandwidth,
+a PUE below 1, a head count that does not divide the width)."""
+
+
+def plausibility_warnings(system) -> list[str]:
+    """One message per value of ``system`` outside :data:`PLAUSIBLE` (empty when all are)."""
+    out = []
+
+    def check(key: str, field: str, value) -> None:
+        lo, hi, unit = PLAUSIBLE[key]
+        v = float(value)
+        if not lo <= v <= hi:
+            out.append(f"{field} = {v:g} is outside the plausible range [{lo:g}, {hi:g}] {unit}")
+
+    a = system.accelerator
+    for f in ("peak_tflops", "hbm_gb", "hbm_tbps", "price_usd"):
+        check(f"system.{f}", f"system.{f}", getattr(a, f))
+    for i, t in enumerate(system.tiers):
+        for f in ("bandwidth_gbps", "latency_us", "oversubscription", "price_per_gbps_usd"):
+            check(f"system.tiers[].{f}", f"system.tiers[{i}].{f}", getattr(t, f))
+    return out
