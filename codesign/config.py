@@ -395,6 +395,7 @@ STACKS = {
     "megatron-2021": "Megatron-LM (NVIDIA, early 2021: Narayanan et al. SC21 runs)",
     "nemo": "NeMo / Megatron-Core with Transformer Engine (NVIDIA DGX Cloud recipes, 2024-25)",
     "composer": "MosaicML Composer / llm-foundry with PyTorch FSDP (2023)",
+    "bridge": "Megatron-Bridge / Megatron-Core (NVIDIA NeMo 25.09 / 25.11 performance recipes)",
 }
 """Software stacks with their own calibrated efficiencies (``[efficiency] stack = ...``).
 

@@ -60,6 +60,7 @@ STACK_FALLBACK = {
     "megatron-2021": ("megatron", "nemo", "composer"),
     "nemo": ("megatron", "megatron-2021", "composer"),
     "composer": ("megatron", "megatron-2021", "nemo"),
+    "bridge": ("nemo", "megatron", "megatron-2021", "composer"),
     "any": ("megatron", "megatron-2021", "nemo", "composer"),
 }
 """For a stack without fitted values, the stacks to borrow from, nearest first (the other

@@ -2,7 +2,8 @@
 
 The data set is the project's copy of the shared collection of published runs
 (:data:`DATA_PATH`, package data: Narayanan et al. SC21, Korthikanti et al. 2022, MosaicML
-llm-foundry, NVIDIA DGX Cloud benchmarking recipes).  Every row the model can express is
+llm-foundry, NVIDIA DGX Cloud benchmarking recipes) and the Megatron-Bridge 25.09/25.11
+performance summaries (:data:`BRIDGE_DATA_PATH`, mapped by :mod:`codesign.calibration._bridge`).  Every row the model can express is
 mapped to a run document (:func:`row_to_doc`, :func:`row_to_config`); a row it cannot express
 raises :class:`Unexpressible` with the reason.  The mapping never depends on a fit: documents
 carry the uncalibrated efficiency preset and the row's software stack.
@@ -10,7 +11,8 @@ carry the uncalibrated efficiency preset and the row's software stack.
 Measured step time, in this order of preference (:func:`measured_step_time`):
 
 1. ``measured.iteration_time_s`` (published step time);
-2. ``global_batch * seq_len / measured.tokens_per_s_total``;
+2. ``global_batch * seq_len / measured.tokens_per_s_total`` (Megatron-Bridge rows:
+   ``global_batch * seq_len / (tokens_per_s_per_gpu * num_gpus)``, first);
 3. SC21 rows: the published TFLOP/s per GPU inverted through the paper's own eq. (3), which
    counts the recomputed forward pass: ``96 B s l h^2 (1 + s/(6h) + V/(16 l h)) / (tflops * 1e12 * n)``.
 """
@@ -22,18 +24,24 @@ import math
 import re
 from pathlib import Path
 
+from codesign.calibration._bridge import BRIDGE_DATA_PATH, bridge_row_to_doc
 from codesign.config import catalog, data_dir, load_run_dict
 from codesign.specs import SpecError
 
 __all__ = [
     "ACCELERATORS",
     "ASSUMPTIONS",
+    "BRIDGE_DATA_PATH",
     "DATA_PATH",
     "MICROBATCH_RANGE",
     "NEMO_RECIPES",
     "STACK_OF_SOURCE",
     "Unexpressible",
+    "bridge_precision",
+    "bridge_step_time",
     "data_notes",
+    "is_bridge_row",
+    "load_all_rows",
     "load_rows",
     "measured_step_time",
     "row_to_config",
@@ -189,8 +197,59 @@ def load_rows(path: str | Path = DATA_PATH) -> list[dict]:
     return json.loads(Path(path).read_text())
 
 
+def is_bridge_row(row: dict) -> bool:
+    """Whether ``row`` comes from the Megatron-Bridge performance summaries."""
+    return "Megatron-Bridge" in row.get("source", {}).get("paper", "") or row.get(
+        "id", ""
+    ).startswith("mbridge_")
+
+
+def bridge_step_time(row: dict) -> float | None:
+    """``global_batch * seq_len / (tokens_per_s_per_gpu * num_gpus)`` in seconds."""
+    tps = row.get("measured", {}).get("tokens_per_s_per_gpu")
+    gb = row.get("parallel", {}).get("global_batch")
+    if not tps or not gb:
+        return None
+    return gb * row["model"]["seq_len"] / (float(tps) * int(row["hardware"]["num_gpus"]))
+
+
+def bridge_precision(row: dict, variant: str, gpu: str, notes: list) -> str:
+    """Training precision of a Megatron-Bridge row (25.09 FP8 rows: the recipe's FP8 variant)."""
+    p = str(row["parallel"].get("precision", ""))
+    if p == "FP8-CS":
+        return "fp8-current"
+    if p == "FP8-MX":
+        return "mxfp8"
+    if p == "BF16":
+        return "bf16"
+    if p.startswith("FP8"):
+        # 25.09: r0.1.0 perf matrices match main numbers to fp8_cs (Llama3-70B GB200 mbs 2 is
+        # only under fp8_cs), parenthesised ones to fp8_mx (B200/GB200) / fp8_ss (H100).
+        if variant == "main":
+            notes.append("precision fp8-current (page: FP8 unstated; r0.1.0 perf matrix fp8_cs)")
+            return "fp8-current"
+        if gpu == "h100":
+            notes.append(
+                "precision fp8 (page footnote: blockwise 128x128 / 1x128, fp8_ss; no "
+                "blockwise preset)"
+            )
+            return "fp8"
+        notes.append(
+            "precision mxfp8 (page: FP8 unstated; parenthesised = 32-element blocks, fp8_mx)"
+        )
+        return "mxfp8"
+    raise ValueError(f"parallel.precision = {p!r} not understood")
+
+
+def load_all_rows() -> list[dict]:
+    """The rows of :data:`DATA_PATH` followed by the Megatron-Bridge rows (:data:`BRIDGE_DATA_PATH`)."""
+    return load_rows(DATA_PATH) + load_rows(BRIDGE_DATA_PATH)
+
+
 def source_short(row: dict) -> str:
-    """Short source name: SC21, Korthikanti, MosaicML or DGXC."""
+    """Short source name: SC21, Korthikanti, MosaicML, DGXC or Bridge."""
+    if is_bridge_row(row):
+        return "Bridge"
     paper = row.get("source", {}).get("paper", "")
     if paper.startswith("Narayanan"):
         return "SC21"
@@ -208,6 +267,7 @@ STACK_OF_SOURCE = {
     "Korthikanti": "megatron",
     "DGXC": "nemo",
     "MosaicML": "composer",
+    "Bridge": "bridge",
 }
 """Software stack of each source (:data:`codesign.config.STACKS`).  SC21's runs (Megatron-LM as
 of early 2021) and Korthikanti et al.'s (Megatron-LM 2022, with its own kernel and
@@ -232,6 +292,10 @@ def measured_step_time(row: dict) -> tuple[float | None, str]:
     meas = row.get("measured", {})
     par = row.get("parallel", {})
     mod = row.get("model", {})
+    if is_bridge_row(row):
+        t = bridge_step_time(row)
+        if t is not None:
+            return t, "tokens_per_s_per_gpu"
     if meas.get("iteration_time_s"):
         return float(meas["iteration_time_s"]), "iteration_time_s"
     gb = par.get("global_batch")
@@ -344,6 +408,10 @@ def row_to_doc(
 
     The document is the dict form of a run TOML (``codesign.load_run_dict`` checks it).
     """
+    if is_bridge_row(row):
+        if microbatch is not None and microbatch != row["parallel"].get("microbatch"):
+            raise Unexpressible("Megatron-Bridge rows publish their micro-batch")
+        return bridge_row_to_doc(row, catalog(), STACK_OF_SOURCE["Bridge"])
     notes: list[str] = []
     hw, mod, par = row["hardware"], row["model"], row["parallel"]
     gpu = hw.get("gpu")
