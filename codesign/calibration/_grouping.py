@@ -43,6 +43,35 @@ NEAREST_GENERATION = {
         "AMD CDNA3: no measured rows; nearest measured generation by peak rate is H100",
     ),
     "tpu-v5p": ("a100", "TPU: no measured rows; nearest measured generation by peak rate is A100"),
+    "b300": (
+        "h100",
+        "Blackwell Ultra: no measured rows; nearest measured generation is Hopper",
+    ),
+    "gb300": (
+        "h100",
+        "Blackwell Ultra: no measured rows; nearest measured generation is Hopper",
+    ),
+    "mi355x": (
+        "h100",
+        "AMD CDNA4: no measured rows; nearest measured generation by peak rate is H100",
+    ),
+    "tpu-v6e": (
+        "h100",
+        "TPU: no measured rows; nearest measured generation by peak rate is H100",
+    ),
+    "tpu-v7": ("h100", "TPU: no measured rows; nearest measured generation by peak rate is H100"),
+    "trainium2": (
+        "h100",
+        "Trainium: no measured rows; nearest measured generation by peak rate is H100",
+    ),
+    "trainium3": (
+        "h100",
+        "Trainium: no measured rows; nearest measured generation by peak rate is H100",
+    ),
+    "rubin": (
+        "h100",
+        "Rubin (announced, not shipping): no measured rows; nearest measured generation is Hopper",
+    ),
 }
 """Accelerators without measured rows: the generation whose calibration they inherit, and why."""
 
@@ -60,7 +89,6 @@ STACK_FALLBACK = {
     "megatron-2021": ("megatron", "nemo", "composer"),
     "nemo": ("megatron", "megatron-2021", "composer"),
     "composer": ("megatron", "megatron-2021", "nemo"),
-    "bridge": ("nemo", "megatron", "megatron-2021", "composer"),
     "any": ("megatron", "megatron-2021", "nemo", "composer"),
 }
 """For a stack without fitted values, the stacks to borrow from, nearest first (the other

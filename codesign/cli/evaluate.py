@@ -31,7 +31,48 @@ def _cmd_presets(args) -> int:
         print(f"[{k}]")
         for name, t in cat[k].items():
             print(f"  {name:<24} {t.get('name', '')}")
+            if k == "accelerators":
+                print(f"  {'':<24} {_accelerator_figures(t)}")
+                print(_source_lines(t.get("source", ""), args.sources))
     return 0
+
+
+_SOURCE_CHARS = 100
+"""Characters of an accelerator's source shown by ``codesign presets accelerators`` (all of it
+with ``--sources``)."""
+
+
+def _accelerator_figures(t: dict) -> str:
+    """The key figures of an accelerator preset on one line (dense TFLOP/s; 0 = unsupported)."""
+
+    def tf(key: str) -> str:
+        v = float(t.get(key, 0.0))
+        return f"{v:,.0f}" if v > 0 else "-"
+
+    return (
+        f"BF16/FP8/FP4 {tf('peak_tflops')}/{tf('peak_tflops_fp8')}/{tf('peak_tflops_fp4')} "
+        f"TFLOP/s dense, HBM {float(t.get('hbm_gb', 0.0)):g} GB at "
+        f"{float(t.get('hbm_tbps', 0.0)):g} TB/s, host link "
+        f"{float(t.get('host_link_gbps', 0.0)):g} GB/s"
+    )
+
+
+def _source_lines(source: str, full: bool, indent: int = 27, width: int = 140) -> str:
+    """The source, cut to :data:`_SOURCE_CHARS` characters (whole with ``full``), indented."""
+    import textwrap
+
+    text = " ".join(source.split())
+    if not full and len(text) > _SOURCE_CHARS:
+        text = text[: _SOURCE_CHARS - 3].rstrip() + "..."
+    pad = " " * indent
+    return textwrap.fill(
+        f"source: {text}",
+        width=width,
+        initial_indent=pad,
+        subsequent_indent=pad + "  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def register(sub) -> None:
@@ -45,4 +86,9 @@ def register(sub) -> None:
     pr = sub.add_parser("presets", help="list the catalog's presets")
     pr.add_argument("kind", nargs="?", choices=["models", "accelerators", "fabrics", "efficiency"])
     pr.add_argument("--json", action="store_true")
+    pr.add_argument(
+        "--sources",
+        action="store_true",
+        help="print each accelerator's whole source (default: its first 100 characters)",
+    )
     pr.set_defaults(func=_cmd_presets)
