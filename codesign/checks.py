@@ -157,6 +157,7 @@ def check_efficiency(eff) -> None:
         "backward_factor",
         "recompute_factor",
         "moe_permute_factor",
+        "cpu_optimizer_gbps",
     ):
         positive(f"efficiency.{f}", getattr(eff, f))
     if float(eff.moe_imbalance) < 1:

@@ -109,14 +109,29 @@ def all_reduce_time(size_bytes, group, system: System, sm: Smoothing):
     return 2.0 * reduce_scatter_time(size_bytes, group, system, sm)
 
 
-def all_to_all_time(size_bytes, group, system: System, sm: Smoothing):
-    """All-to-all where each rank holds ``size_bytes`` spread evenly over the group."""
+def all_to_all_time(size_bytes, group, system: System, sm: Smoothing, dedup_copies=0.0):
+    """All-to-all where each rank holds ``size_bytes`` spread evenly over the group.
+
+    ``dedup_copies`` (``k > 0``): the buffer is ``k`` copies of each token routed to ``k``
+    uniformly random destinations, and a hierarchical dispatcher (DeepEP, DeepSeek-AI 2025;
+    Megatron-Core's flex dispatcher) sends a token once to each distinct outer domain and
+    forwards it inside: over tier ``t >= 1`` the traffic falls by the factor
+    ``n (1 - (1 - 1/n)^k) / k`` with ``n = G / m_{t-1}`` the number of tier-``(t-1)``
+    domains of the group (the expected count of distinct domains among ``k`` draws, over ``k``).
+    """
     m, prev, r = _fans(group, system, sm)
     g = m[-1]
     bw = tier_bandwidth_bytes_per_s(system)
+    k = jnp.maximum(dedup_copies, 1.0)
     total = 0.0
     for t, tier in enumerate(system.tiers):
         share = safe_div(m[t] - prev[t], g)
+        if t > 0:
+            n = safe_div(g, prev[t], 1.0)
+            many = n > 1.0 + 1e-9
+            log_miss = jnp.log1p(-1.0 / jnp.where(many, n, 2.0))
+            distinct = jnp.where(many, n * (1.0 - jnp.exp(k * log_miss)) / k, 1.0)
+            share = share * jnp.where(dedup_copies > 0, distinct, 1.0)
         total = total + sm.step(r[t] - 1.0) * tier.latency_us * 1e-6
         total = total + size_bytes * share / bw[t]
     return total

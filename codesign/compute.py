@@ -26,6 +26,20 @@ forward GEMM and attention time (see :mod:`codesign.step`).  Tensor parallelism 
 (Shoeybi et al. 2019); context parallelism splits the sequence ``cp`` ways (each rank
 attends its ``s/cp`` queries to all ``s`` keys); expert parallelism spreads the experts of
 an MoE layer over ``ep`` ranks, each rank processing ``top_k`` expert slots per local token.
+
+MoE layers follow Megatron-Core's parallel folding (Liu et al. 2025, arXiv:2504.14960): the
+expert GEMMs are split ``etp`` ways (expert tensor parallelism) instead of ``tp``, and each
+rank computes ``tokens top_k etp / tp`` expert-token slots (the ``tp`` ranks of a sequence
+shard their tokens, the ``etp`` ranks of an expert gather theirs), i.e. ``top_k`` experts'
+FLOPs per token spread over all ranks.  The grouped GEMM of the ``E / ep`` local experts runs
+at the efficiency of its per-expert shape (few tokens per expert under-fill the machine) times
+``grouped_gemm_eff``.
+
+Low precisions (:func:`peak_flops`): FP8 and FP4 GEMMs run at the accelerator's FP8/FP4 peak;
+the output layer (logits) stays in BF16 (Transformer Engine recipes keep it in high
+precision), and every quantized GEMM input is cast first, a memory-bound pass of
+:data:`QUANT_BYTES` per element (forward inputs once, backward gradients and transposed
+copies twice).
 """
 
 from __future__ import annotations
@@ -33,16 +47,43 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from codesign import workload
+from codesign.rules import expert_tp
 from codesign.smoothing import Smoothing, safe_div
-from codesign.specs import Efficiency, Model, Strategy, System
+from codesign.specs import Efficiency, Model, Strategy, System, precision_family
 
-__all__ = ["gemm_efficiency", "gemm_time", "layer_times", "peak_flops"]
+__all__ = [
+    "QUANT_BYTES",
+    "gemm_efficiency",
+    "gemm_time",
+    "layer_times",
+    "peak_flops",
+]
+
+QUANT_BYTES = {
+    "bf16": 0.0,
+    "fp16": 0.0,
+    "fp8": 3.0,
+    "fp8-delayed": 3.0,
+    "fp8-current": 5.0,
+    "mxfp8": 4.0,
+    "fp4": 4.5,
+    "nvfp4": 4.5,
+    "mxfp4": 4.0,
+}
+"""HBM bytes moved per element of a quantized GEMM input (estimates by counting): delayed
+scaling reads the 16-bit tensor and writes its 8-bit copy (2 + 1; the amax comes from
+history); current scaling reads it once more for the amax (+2); MXFP8 writes row- and
+column-wise block-scaled copies (2 + 1 + 1, scales 1/32 byte); NVFP4 adds a per-tensor amax
+pass and a random Hadamard transform of the gradients (2 + 2 + 0.5); MXFP4 (2 + 2 x 0.5 +
+scales + a Hadamard pass of 1).  0 for 16-bit GEMMs."""
 
 
 def peak_flops(system: System, precision: str):
     """Peak GEMM FLOP/s of one accelerator at the training precision."""
     a = system.accelerator
-    return (a.peak_tflops_fp8 if precision == "fp8" else a.peak_tflops) * 1e12
+    family = precision_family(precision)
+    peak = {"half": a.peak_tflops, "fp8": a.peak_tflops_fp8, "fp4": a.peak_tflops_fp4}[family]
+    return peak * 1e12
 
 
 def gemm_efficiency(m, n, k, eff: Efficiency, sm: Smoothing):
@@ -58,50 +99,67 @@ def gemm_time(m, n, k, peak, eff: Efficiency, sm: Smoothing):
     return safe_div(2.0 * m * n * k, peak * gemm_efficiency(m, n, k, eff, sm))
 
 
+def _split(n, k, how, tp):
+    if how == "n":
+        return n / tp, k
+    if how == "k":
+        return n, k / tp
+    return n, k
+
+
 def layer_times(
     model: Model,
     strategy: Strategy,
     system: System,
     eff: Efficiency,
     precision: str,
-    act_bytes_layer,
+    act: dict,
     sm: Smoothing,
-    score_bytes_layer=0.0,
 ) -> dict:
     """Forward seconds of one layer (dense and MoE averaged over depth) for one micro-batch.
 
-    Returns ``gemm``, ``attention``, ``elementwise`` (forward, one layer), ``score_elementwise``
-    (the part of ``elementwise`` spent on unfused ``s x s`` softmax and dropout tensors, which
-    selective recomputation re-runs), ``logits`` (forward GEMM of the output layer, once per
-    model) and ``logits_elementwise`` (forward softmax cross-entropy over the logits: 16-bit
-    GEMM output plus its fp32 copy, ``6 tokens V / t`` bytes times ``elementwise_traffic``).
-    ``act_bytes_layer`` is the per-layer activation footprint without recomputation and
-    ``score_bytes_layer`` its ``s x s`` part (from :mod:`codesign.memory`).
+    Returns the layer's parts, ``gemm`` (all its GEMMs), ``attention`` (the fused core),
+    ``elementwise`` (memory-bound work, including MoE routing and quantization casts), and the
+    parts that selective recomputation can re-run: ``score_elementwise`` (unfused ``s x s``
+    softmax and dropout), ``layernorm``, ``mlp`` (dense MLP GEMMs and activation), ``moe_act``
+    (the experts' activation function), ``moe`` (the whole MoE layer), ``mla_up`` (MLA
+    up-projections); then ``logits`` (forward GEMM of the output layer, once per model, in
+    16-bit) and ``logits_elementwise`` (softmax cross-entropy over the logits: 16-bit GEMM
+    output plus its fp32 copy, ``6 tokens V / t`` bytes times ``elementwise_traffic``).
+    ``act`` holds the per-layer activation bytes of :func:`codesign.memory.layer_activation_bytes`.
     """
     m = model
     st = strategy
     peak = peak_flops(system, precision)
     peak_half = system.accelerator.peak_tflops * 1e12
     h = m.hidden
-    q, kv = workload.attention_dims(m)
     mats = 2.0 + m.gated_mlp
     tokens = st.microbatch * m.seq_len / st.cp  # tokens of this rank's micro-batch
+    hbm = system.accelerator.hbm_tbps * 1e12 * eff.hbm_eff
 
     def g(mm, nn, kk):
         return gemm_time(mm, nn, kk, peak, eff, sm)
 
-    attn_proj = g(tokens, (q + 2.0 * kv) / st.tp, h) + g(tokens, h, q / st.tp)
+    gemms = workload.attention_gemms(m)
+    attn_proj = sum(g(tokens, *_split(n, k, how, st.tp)) for n, k, how in gemms)
+    mla_up = g(tokens, *_split(gemms[2][0], gemms[2][1], "n", st.tp)) + g(
+        tokens, *_split(gemms[4][0], gemms[4][1], "n", st.tp)
+    )
     ff = m.ffn_hidden / st.tp
     dense_mlp = g(tokens, (mats - 1.0) * ff, h) + g(tokens, h, ff)
-    # MoE layer: router, routed experts (E/ep local experts, top_k slots per token), shared.
+    # MoE layer under parallel folding: router, routed experts (E/ep local experts of width
+    # f_e/etp, tokens*top_k*etp/tp slots per rank), shared experts (split by tp).
+    etp = expert_tp(st)
+    fe_e = m.moe_ffn_hidden / etp
     fe = m.moe_ffn_hidden / st.tp
     local_experts = jnp.maximum(safe_div(m.moe_experts, st.ep, 1.0), 1.0)
-    slots = tokens * m.moe_top_k  # expert-token pairs this rank computes (balanced routing)
+    slots = tokens * m.moe_top_k * etp / st.tp
     per_expert = safe_div(slots, local_experts)
     routed = (
         local_experts
-        * (g(per_expert, (mats - 1.0) * fe, h) + g(per_expert, h, fe))
+        * (g(per_expert, (mats - 1.0) * fe_e, h) + g(per_expert, h, fe_e))
         * eff.moe_imbalance
+        / eff.grouped_gemm_eff
     )
     shared = m.moe_shared_experts * (g(tokens, (mats - 1.0) * fe, h) + g(tokens, h, fe))
     router = g(tokens, jnp.maximum(m.moe_experts, 1.0), h)
@@ -109,24 +167,40 @@ def layer_times(
     moe_frac = safe_div(m.moe_layers, m.layers)
     gemm = attn_proj + (1.0 - moe_frac) * dense_mlp + moe_frac * moe_mlp
 
-    attn_flops = 4.0 * tokens * m.seq_len * q / st.tp
+    qk, v = workload.attention_core_dims(m)
+    attn_flops = 2.0 * tokens * m.seq_len * (qk + v) / st.tp
     attention = safe_div(attn_flops, peak_half * eff.attention_eff)
-    hbm = system.accelerator.hbm_tbps * 1e12 * eff.hbm_eff
-    # MoE token permutation: dispatch and combine each read and write top_k copies of the
-    # tokens (16-bit) in HBM.
-    moe_permute = moe_frac * 2.0 * 2.0 * 2.0 * slots * h / hbm
-    elementwise = eff.elementwise_traffic * act_bytes_layer / hbm + moe_permute
-    score_elementwise = eff.elementwise_traffic * score_bytes_layer / hbm
-    logits = g(tokens, m.vocab / st.tp, h)
-    # Output layer's softmax cross-entropy: memory bound over the tokens x V/tp logits, the
-    # 16-bit GEMM output and its fp32 copy (Megatron's vocab-parallel cross entropy upcasts;
-    # Korthikanti et al. 2022 Sec. 4.3 store 4 s b V / t bytes for it).
+    # MoE routing: dispatch and combine each read and write the tokens' 16-bit slots in HBM
+    # (permute, un-permute), times moe_permute_factor (router softmax/top-k, padding, the
+    # unfused reality of real dispatchers; calibrated).
+    moe_permute = moe_frac * 2.0 * 2.0 * 2.0 * slots * h / hbm * eff.moe_permute_factor
+    # Quantization casts of the GEMM inputs (per token: QKV and FC1 inputs h each, the
+    # output-projection input v, the FC2 input f, expert slots likewise).
+    quant_elems = (
+        2.0 * h
+        + v / st.tp
+        + (1.0 - moe_frac) * ff
+        + moe_frac * (slots / jnp.maximum(tokens, 1.0)) * (h + fe_e)
+    )
+    quant = QUANT_BYTES[precision] * tokens * quant_elems / hbm
+    elementwise = eff.elementwise_traffic * act["none"] / hbm + moe_permute + quant
+    score_elementwise = eff.elementwise_traffic * act["scores"] / hbm
+    logits = gemm_time(tokens, m.vocab / st.tp, h, peak_half, eff, sm)
     logits_elementwise = eff.elementwise_traffic * (2.0 + 4.0) * tokens * m.vocab / st.tp / hbm
+    # Parts that selective recomputation re-runs (forward time of each).
+    traffic = eff.elementwise_traffic / hbm
+    act_fn = traffic * tokens * (mats - 1.0) * 2.0 * ff  # read FC1 output(s), write act
+    moe_act = moe_frac * traffic * (slots * (mats - 1.0) * 2.0 * fe_e)
     return {
         "gemm": gemm,
         "attention": attention,
         "elementwise": elementwise,
         "score_elementwise": score_elementwise,
+        "layernorm": traffic * tokens * 2.0 * 2.0 * h,
+        "mlp": (1.0 - moe_frac) * (dense_mlp + act_fn),
+        "moe_act": moe_act,
+        "moe": moe_frac * (moe_mlp + moe_permute) + moe_act,
+        "mla_up": mla_up,
         "logits": logits,
         "logits_elementwise": logits_elementwise,
     }

@@ -43,6 +43,8 @@ from codesign.specs import (
     check_training,
     make_strategy,
     plausibility_warnings,
+    positive,
+    precision_family,
 )
 
 __all__ = [
@@ -329,8 +331,38 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
     }
 
 
-def _parse_strategy(sec: dict) -> Strategy:
-    allowed = {f.name for f in dataclasses.fields(Strategy)}
+_STRATEGY_FLAGS = (
+    "sequence_parallel",
+    "overlap_dp",
+    "overlap_tp",
+    "flash_attention",
+    "pp_embedding_in_split",
+    "pp_loss_in_split",
+    "overlap_moe_comm",
+    "moe_hierarchical_dispatch",
+)
+_STRATEGY_NUMBERS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "etp",
+    "microbatch",
+    "interleave",
+    "pp_first_layers",
+    "pp_last_layers",
+    "recompute_fraction",
+    "offload_activations",
+    "offload_optimizer",
+)
+
+
+def _parse_strategy(sec: dict, model: Model | None = None) -> Strategy:
+    """The ``[strategy]`` table.  ``recompute_num_layers`` (Megatron's block method: layers
+    recomputed per pipeline chunk) is converted to ``recompute_fraction`` with the model's
+    layers per chunk, ``layers / (pp * interleave)``."""
+    allowed = {f.name for f in dataclasses.fields(Strategy)} | {"recompute_num_layers"}
     for k in sec:
         if k not in allowed:
             raise SpecError(f"strategy.{k}", sec[k], f"a known key: {', '.join(sorted(allowed))}")
@@ -338,12 +370,26 @@ def _parse_strategy(sec: dict) -> Strategy:
         if k not in sec:
             raise SpecError(f"strategy.{k}", None, "required")
     kw = dict(sec)
-    for k in ("tp", "pp", "dp", "cp", "ep", "microbatch", "interleave"):
+    for k in _STRATEGY_NUMBERS:
         if k in kw:
             kw[k] = _number(f"strategy.{k}", kw[k])
-    for k in ("sequence_parallel", "overlap_dp", "overlap_tp", "flash_attention"):
+    for k in _STRATEGY_FLAGS:
         if k in kw and not isinstance(kw[k], bool):
             raise SpecError(f"strategy.{k}", kw[k], "true or false")
+    if "recompute_num_layers" in kw:
+        n = positive("strategy.recompute_num_layers", kw.pop("recompute_num_layers"), integer=True)
+        if "recompute_fraction" in kw:
+            raise SpecError(
+                "strategy.recompute_num_layers", n, "not together with strategy.recompute_fraction"
+            )
+        if model is not None:
+            chunk = float(model.layers) / (kw["pp"] * kw.get("interleave", 1.0))
+            kw["recompute_fraction"] = min(n / chunk, 1.0)
+    mods = kw.get("recompute_modules")
+    if mods is not None and (
+        not isinstance(mods, list) or not all(isinstance(x, str) for x in mods)
+    ):
+        raise SpecError("strategy.recompute_modules", mods, "a list of module names")
     placement = kw.pop("placement", list(DEFAULT_PLACEMENT))
     if not isinstance(placement, list) or not all(isinstance(p, str) for p in placement):
         raise SpecError("strategy.placement", placement, "a list of the names tp, cp, ep, dp, pp")
@@ -361,7 +407,7 @@ def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
     model, model_name = _parse_model(_section(doc, "model"))
     training = _parse_training(_section(doc, "training"))
     system, sys_names = _parse_system(_section(doc, "system"))
-    strategy = _parse_strategy(_section(doc, "strategy"))
+    strategy = _parse_strategy(_section(doc, "strategy"), model)
     eff_sec = _section(doc, "efficiency", required=False)
     eff_name = eff_sec.pop("preset", None)
     stack = eff_sec.pop("stack", None)
@@ -445,9 +491,11 @@ def _apply_calibrated(
 
     Updates ``eff_base`` in place and returns the system with tier efficiencies applied.
     """
+    family = precision_family(training.precision)
     fp8 = eff_base.get("calibrated_gemm_max_fp8")
-    if fp8 is not None and training.precision == "fp8" and "gemm_max" not in eff_sec:
-        eff_base["gemm_max"] = _number("efficiency.calibrated_gemm_max_fp8", fp8)
+    low = eff_base.get("calibrated_gemm_max_fp4", fp8) if family == "fp4" else fp8
+    if low is not None and family != "half" and "gemm_max" not in eff_sec:
+        eff_base["gemm_max"] = _number(f"efficiency.calibrated_gemm_max_{family}", low)
     unfused = eff_base.get("calibrated_attention_eff_unfused")
     if (
         unfused is not None

@@ -22,10 +22,23 @@ split without sequence parallelism are the LayerNorm inputs (4), the inputs of t
 QKV and first MLP GEMMs (2 + 2) and the two dropout masks (2): the "10" of eq. 2.
 Fused (flash) attention stores no ``s x s`` tensors (Dao et al. 2022).
 
-Pipeline stages hold the activations of up to ``pp`` in-flight micro-batches under 1F1B, so
-the first stage stores ``L`` layers' worth; the interleaved schedule (``v > 1``) multiplies
-that by ``1 + (p - 1)/(p v)`` (Korthikanti et al. Sec. 4.2.3).  Full recomputation also needs one
-layer's full activations while it recomputes.  Context parallelism splits the sequence.
+**Recomputation as Megatron-Core runs it.**  Selective recomputation re-runs the modules of
+``recompute_modules`` and stores none of their internal tensors: ``core_attn`` the ``s x s``
+scores, ``layernorm`` the LayerNorm outputs (the QKV and first MLP GEMM inputs, recomputed from
+the stored LayerNorm inputs), ``mlp`` the dense MLP's intermediate tensors, ``moe_act`` the
+experts' activation outputs, ``moe`` the whole MoE MLP's, ``mla_up_proj`` MLA's up-projected
+queries, keys and values (recomputed from the latents).  Full recomputation with
+``recompute_fraction`` ``phi`` (the block method) stores only the input of ``phi`` of the layers
+and everything for the others, plus one layer's full activations while it recomputes.
+Offloading moves ``offload_activations`` of the stored activations to host memory.
+
+**Pipeline stages** hold different layer counts (:func:`codesign.pipeline.stage_layers`) and
+in-flight micro-batches (:func:`codesign.pipeline.in_flight_chunks`: the first stage ``L``
+layers' worth under 1F1B, times ``1 + (p - 1)/(p v)`` interleaved, Korthikanti et al. Sec.
+4.2.3).  Memory is computed for the first, a middle (the second) and the last stage, each with
+its own weights (the input embedding on the first, the output layer on the last, both on a
+single stage) and buffers (the fp32 logits on the last), and the report gives the largest.
+Context parallelism splits the sequence.
 
 **Model states** follow Rajbhandari et al. 2020, "ZeRO" (arXiv:1910.02054): 2 bytes per
 parameter of 16-bit weights, ``grad_bytes`` of gradients (4: Megatron's fp32 main grads,
@@ -43,57 +56,154 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from codesign import workload
+from codesign import pipeline, workload
 from codesign.rules import sharded, zero_fractions
 from codesign.smoothing import Smoothing
 from codesign.specs import Efficiency, Model, Strategy
 
-__all__ = ["activation_bytes_per_token_layer", "layer_activation_bytes", "memory_bytes"]
+__all__ = [
+    "activation_bytes_per_token_layer",
+    "layer_activation_bytes",
+    "stage_memory_bytes",
+    "memory_bytes",
+    "MEMORY_TERMS",
+]
+
+MEMORY_TERMS = ("weights", "gradients", "optimizer", "activations", "buffers")
 
 
 def activation_bytes_per_token_layer(model: Model, strategy: Strategy) -> dict:
-    """Bytes stored per token per layer without recomputation, split by TP behaviour.
+    """Bytes stored per token per layer without recomputation, by TP behaviour and module.
 
-    Returns ``replicated`` (not split by TP unless sequence parallel), ``split`` (split by
-    TP), ``scores`` (the unfused ``s x s`` attention tensors per token, split by TP; zero with
-    flash attention) and ``attention_core`` (what selective recomputation discards).
+    ``replicated`` (not split by TP unless sequence parallel) and ``split`` (split by TP) sum
+    to everything; ``scores`` (the unfused ``s x s`` attention tensors, split by TP; zero with
+    flash attention) comes on top.  The ``drop_*`` entries are what each recomputable module
+    of :data:`~codesign.specs.RECOMPUTE_MODULES` does not store when it is recomputed
+    (``drop_layernorm`` from the replicated part, the others from the split part).
     """
     m = model
     h = m.hidden
     q, kv = workload.attention_dims(m)
+    qk, v = workload.attention_core_dims(m)
+    mla = workload.is_mla(m)
     do = m.dropout
     mats = 1.0 + m.gated_mlp
     moe_frac = m.moe_layers / m.layers
-    dense_mlp = 2.0 * mats * m.ffn_hidden / h + 2.0 * m.ffn_hidden / h
-    moe_mlp = (m.moe_top_k + m.moe_shared_experts) * (
-        2.0 * mats * m.moe_ffn_hidden / h + 2.0 * m.moe_ffn_hidden / h
-    ) + 2.0 * m.moe_top_k  # + dispatched copies of the tokens (top_k slots of width h)
+    dense_mlp = 2.0 * mats * m.ffn_hidden + 2.0 * m.ffn_hidden
+    per_slot = 2.0 * mats * m.moe_ffn_hidden + 2.0 * m.moe_ffn_hidden
+    slots = m.moe_top_k + m.moe_shared_experts
+    moe_mlp = slots * per_slot + 2.0 * m.moe_top_k * h  # + dispatched copies of the tokens
     mlp_split = (1.0 - moe_frac) * dense_mlp + moe_frac * moe_mlp
-    # Per-token bytes (in units of h bytes) of each group, see the module docstring.
-    replicated = 4.0 + 2.0 + 2.0 + 2.0 * do
-    attn_split = 2.0 * q / h + 4.0 * kv / h + 2.0
-    scores = (1.0 - strategy.flash_attention) * 5.0 * m.heads * m.seq_len / h
+    # LayerNorm inputs (2 x 2h), their outputs = QKV and FC1 inputs (2 x 2h), dropout masks;
+    # MLA's latents (query and key/value down-projections, the shared rope key).
+    replicated = 4.0 * h + 4.0 * h + 2.0 * do * h
+    replicated = replicated + mla * 2.0 * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim)
+    # Q, K, V and the output-projection input (GQA: 2q + 4kv + 2h; MLA: 2qk + 2qk + 2v + 2v).
+    attn_split = (1.0 - mla) * (2.0 * q + 4.0 * kv + 2.0 * h) + mla * (4.0 * qk + 4.0 * v)
+    scores = (1.0 - strategy.flash_attention) * 5.0 * m.heads * m.seq_len
+    act_part = moe_frac * slots * 2.0 * m.moe_ffn_hidden
     return {
-        "replicated": replicated * h,
-        "split": (attn_split + mlp_split) * h,
-        "scores": scores * h,
-        # Selective recomputation re-runs QK^T, softmax and AV: it drops the scores and,
-        # with fused attention, nothing else of substance.
-        "attention_core": scores * h,
+        "replicated": replicated,
+        "split": attn_split + mlp_split,
+        "scores": scores,
+        "drop_core_attn": scores,
+        "drop_layernorm": 4.0 * h,
+        "drop_mlp": (1.0 - moe_frac) * dense_mlp,
+        "drop_moe_act": act_part,
+        "drop_moe": moe_frac * moe_mlp,
+        "drop_mla_up_proj": mla * (4.0 * qk + 2.0 * v),
     }
 
 
 def layer_activation_bytes(model: Model, strategy: Strategy) -> dict:
-    """Per-layer activation bytes of one micro-batch on one rank, for each recompute mode."""
+    """Per-layer activation bytes of one micro-batch on one rank: ``none`` (no recomputation),
+    ``scores`` (its unfused ``s x s`` part), ``selective`` (the modules of
+    ``strategy.recompute_modules`` recomputed) and ``full`` (the layer input only)."""
     st = strategy
     per = activation_bytes_per_token_layer(model, st)
     tokens = st.microbatch * model.seq_len / st.cp
     sp = st.sequence_parallel
     rep_div = sp * st.tp + (1.0 - sp)  # replicated part: split by tp only with SP
     none = tokens * (per["replicated"] / rep_div + (per["split"] + per["scores"]) / st.tp)
-    selective = none - tokens * per["attention_core"] / st.tp
+    w = st.recompute_modules  # core_attn, layernorm, mlp, moe_act, moe, mla_up_proj
+    dropped_split = (
+        w[0] * per["drop_core_attn"]
+        + w[2] * per["drop_mlp"]
+        + w[3] * (1.0 - w[4]) * per["drop_moe_act"]
+        + w[4] * per["drop_moe"]
+        + w[5] * per["drop_mla_up_proj"]
+    )
+    dropped = tokens * (w[1] * per["drop_layernorm"] / rep_div + dropped_split / st.tp)
+    selective = none - dropped
     full = tokens * 2.0 * model.hidden / rep_div
-    return {"none": none, "selective": selective, "full": full}
+    return {
+        "none": none,
+        "scores": tokens * per["scores"] / st.tp,
+        "selective": selective,
+        "full": full,
+    }
+
+
+def stored_per_layer(act: dict, strategy: Strategy):
+    """Activation bytes one layer stores per micro-batch under the strategy's recomputation
+    (the recompute weights over none, selective and full; ``recompute_fraction`` of the
+    layers fully recomputed with full), before offloading."""
+    r = strategy.recompute
+    phi = strategy.recompute_fraction
+    full = phi * act["full"] + (1.0 - phi) * act["none"]
+    return r[0] * act["none"] + r[1] * act["selective"] + r[2] * full
+
+
+def stage_memory_bytes(
+    model: Model,
+    strategy: Strategy,
+    eff: Efficiency,
+    params_local: dict,
+    num_microbatches,
+    sm: Smoothing,
+    grad_bytes=4.0,
+    stage=0.0,
+    layers=None,
+    logits=1.0,
+) -> dict:
+    """Bytes per accelerator by term on one pipeline stage.
+
+    ``params_local`` holds the ``dense`` and ``expert`` parameters this stage's rank stores
+    before ZeRO sharding (see :func:`codesign.step.stage_params`) and ``per_layer`` those of
+    one layer; ``stage`` is its 0-based index, ``layers`` its layer count (default ``L/p``)
+    and ``logits`` 1 when it holds the output layer's fp32 logits buffer.
+    """
+    st = strategy
+    frac = zero_fractions(st.zero)  # ZeRO stage weights -> sharded fraction of each state
+    pd, pe = params_local["dense"], params_local["expert"]
+    shard_w = frac["weights"]
+    weights = 2.0 * sharded(pd, pe, shard_w, st)
+    grads = grad_bytes * sharded(pd, pe, frac["gradients"], st)
+    optimizer = 12.0 * sharded(pd, pe, frac["optimizer"], st) * (1.0 - st.offload_optimizer)
+
+    act = layer_activation_bytes(model, st)
+    per_layer = stored_per_layer(act, st)
+    n = model.layers / st.pp if layers is None else layers
+    chunks = pipeline.in_flight_chunks(stage, st.pp, st.interleave, num_microbatches, sm)
+    activations = per_layer * n / st.interleave * chunks * (1.0 - st.offload_activations)
+    # Full recomputation re-materializes one layer at a time.
+    activations = activations + st.recompute[2] * act["none"]
+
+    tokens = st.microbatch * model.seq_len / st.cp
+    sp_gather = st.sequence_parallel * 2.0 * tokens * model.hidden
+    logits_buf = logits * 4.0 * tokens * model.vocab / st.tp
+    layer_params = params_local.get("per_layer", (pd + pe) / jnp.maximum(n, 1.0))
+    zero3_prefetch = shard_w * 2.0 * 2.0 * layer_params
+    buffers = sp_gather + logits_buf + zero3_prefetch + eff.memory_overhead_gb * 1e9
+    total = weights + grads + optimizer + activations + buffers
+    return {
+        "weights": weights,
+        "gradients": grads,
+        "optimizer": optimizer,
+        "activations": activations,
+        "buffers": buffers,
+        "total": total,
+    }
 
 
 def memory_bytes(
@@ -105,42 +215,7 @@ def memory_bytes(
     sm: Smoothing,
     grad_bytes=4.0,
 ) -> dict:
-    """Bytes per accelerator by term (the most loaded pipeline stage).
-
-    ``params_local`` holds ``dense`` and ``expert`` parameters stored on one rank before ZeRO
-    sharding (see :mod:`codesign.step`).
-    """
-    st = strategy
-    frac = zero_fractions(st.zero)  # ZeRO stage weights -> sharded fraction of each state
-    pd, pe = params_local["dense"], params_local["expert"]
-    shard_w = frac["weights"]
-    weights = 2.0 * sharded(pd, pe, shard_w, st)
-    grads = grad_bytes * sharded(pd, pe, frac["gradients"], st)
-    optimizer = 12.0 * sharded(pd, pe, frac["optimizer"], st)
-
-    act = layer_activation_bytes(model, st)
-    r = st.recompute  # weights over none, selective, full
-    per_layer = r[0] * act["none"] + r[1] * act["selective"] + r[2] * act["full"]
-    layers_per_stage = model.layers / st.pp
-    in_flight = sm.min(st.pp, num_microbatches)
-    # Interleaving (v > 1) stores (1 + (p-1)/(p v)) times as much (Korthikanti Sec. 4.2.3).
-    interleave_factor = 1.0 + sm.step(st.interleave - 1.0) * (st.pp - 1.0) / (st.pp * st.interleave)
-    activations = per_layer * layers_per_stage * in_flight * interleave_factor
-    # Full recomputation re-materializes one layer at a time.
-    activations = activations + r[2] * act["none"]
-
-    tokens = st.microbatch * model.seq_len / st.cp
-    sp_gather = st.sequence_parallel * 2.0 * tokens * model.hidden
-    logits = 4.0 * tokens * model.vocab / st.tp
-    layer_params = params_local.get("per_layer", (pd + pe) / jnp.maximum(layers_per_stage, 1.0))
-    zero3_prefetch = shard_w * 2.0 * 2.0 * layer_params
-    buffers = sp_gather + logits + zero3_prefetch + eff.memory_overhead_gb * 1e9
-    total = weights + grads + optimizer + activations + buffers
-    return {
-        "weights": weights,
-        "gradients": grads,
-        "optimizer": optimizer,
-        "activations": activations,
-        "buffers": buffers,
-        "total": total,
-    }
+    """Bytes per accelerator by term of the first stage (``L / p`` layers, the logits buffer
+    counted): the classic single-stage view, kept for hand checks.  The step model compares
+    the stages with :func:`stage_memory_bytes`."""
+    return stage_memory_bytes(model, strategy, eff, params_local, num_microbatches, sm, grad_bytes)

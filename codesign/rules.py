@@ -39,8 +39,10 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from codesign.pipeline import layout_valid
 from codesign.specs import (
     PRECISIONS,
+    RECOMPUTE_MODULES,
     Model,
     SpecError,
     Strategy,
@@ -51,6 +53,7 @@ from codesign.specs import (
     check_system,
     check_training,
     positive,
+    precision_family,
 )
 
 __all__ = [
@@ -64,6 +67,7 @@ __all__ = [
     "feasible",
     "infeasibility",
     "zero_fractions",
+    "expert_tp",
     "data_parallel_groups",
     "sharded",
 ]
@@ -92,6 +96,11 @@ def with_derived_dp(specs: dict, xp: Any = jnp) -> dict:
     return {**specs, "strategy": dataclasses.replace(st, dp=dp)}
 
 
+def expert_tp(strategy: Strategy, xp: Any = jnp):
+    """Expert tensor-parallel degree: ``etp``, or ``tp`` when ``etp`` is 0 (Megatron's default)."""
+    return xp.where(strategy.etp > 0, strategy.etp, strategy.tp)
+
+
 def zero_fractions(zero) -> dict:
     """Weights (0..1) of sharding each model state over the data-parallel group, from the
     ZeRO-stage weights ``zero`` over stages 0..3 (one-hot in the exact model):
@@ -101,9 +110,11 @@ def zero_fractions(zero) -> dict:
 
 
 def data_parallel_groups(strategy: Strategy) -> tuple:
-    """``(dense, expert)`` data-parallel group sizes: ``dp cp`` and ``max(dp cp / ep, 1)``."""
-    dense = strategy.dp * strategy.cp
-    return dense, jnp.maximum(dense / strategy.ep, 1.0)
+    """``(dense, expert)`` data-parallel group sizes: ``dp cp`` and, by MoE parallel folding,
+    ``max(tp dp cp / (ep etp), 1)`` (``dp cp / ep`` when ``etp = tp``)."""
+    st = strategy
+    dense = st.dp * st.cp
+    return dense, jnp.maximum(st.tp * dense / (st.ep * expert_tp(st)), 1.0)
 
 
 def sharded(dense_params, expert_params, fraction, strategy: Strategy):
@@ -166,10 +177,19 @@ RULES: tuple[Rule, ...] = (
         lambda m, tr, sy, st: f"a divisor or multiple of model.kv_heads = {_g(m.kv_heads)}",
     ),
     Rule(
-        "strategy.pp*interleave",
-        lambda xp, m, tr, sy, st: _divides(xp, st.pp * st.interleave, m.layers),
-        lambda m, tr, sy, st: f"{_g(st.pp)}*{_g(st.interleave)}",
-        lambda m, tr, sy, st: f"a divisor of model.layers = {_g(m.layers)}",
+        "strategy.pp",
+        lambda xp, m, tr, sy, st: layout_valid(xp, m.layers, st),
+        lambda m, tr, sy, st: (
+            f"{_g(st.pp)} (interleave {_g(st.interleave)}, first {_g(st.pp_first_layers)}, "
+            f"last {_g(st.pp_last_layers)}, embedding/loss in split "
+            f"{_g(st.pp_embedding_in_split)}/{_g(st.pp_loss_in_split)})"
+        ),
+        lambda m, tr, sy, st: (
+            f"a stage layout Megatron-Core accepts for model.layers = {_g(m.layers)}: at least "
+            "pp*interleave layers; explicit first/last stage layers with the rest split evenly "
+            "over the other stages; or, with the embedding/loss counted, pp*interleave dividing "
+            "layers + 1 per counted part (not together with explicit counts)"
+        ),
     ),
     Rule(
         "strategy.interleave",
@@ -184,10 +204,18 @@ RULES: tuple[Rule, ...] = (
         lambda m, tr, sy, st: f"a divisor of model.seq_len = {_g(m.seq_len)}",
     ),
     Rule(
-        "strategy.ep",
-        lambda xp, m, tr, sy, st: _divides(xp, st.ep, st.dp * st.cp),
-        lambda m, tr, sy, st: st.ep,
-        lambda m, tr, sy, st: f"a divisor of dp*cp = {_g(st.dp * st.cp)}",
+        "strategy.etp",
+        lambda xp, m, tr, sy, st: (st.etp == 0) | _integer(xp, st.etp),
+        lambda m, tr, sy, st: st.etp,
+        lambda m, tr, sy, st: "0 (same as tp) or a positive integer",
+    ),
+    Rule(
+        "strategy.ep*etp",
+        lambda xp, m, tr, sy, st: _divides(xp, st.ep * expert_tp(st, xp), st.tp * st.dp * st.cp),
+        lambda m, tr, sy, st: f"{_g(st.ep)}*{_g(expert_tp(st, np))}",
+        lambda m, tr, sy, st: (
+            f"a divisor of tp*dp*cp = {_g(st.tp * st.dp * st.cp)} (MoE parallel folding)"
+        ),
     ),
     Rule(
         "strategy.ep",
@@ -220,15 +248,44 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "training.precision",
         lambda xp, m, tr, sy, st: (
-            xp.asarray(tr.precision != "fp8") | (sy.accelerator.peak_tflops_fp8 > 0)
+            (
+                xp.asarray(precision_family(tr.precision) != "fp8")
+                | (sy.accelerator.peak_tflops_fp8 > 0)
+            )
+            & (
+                xp.asarray(precision_family(tr.precision) != "fp4")
+                | (sy.accelerator.peak_tflops_fp4 > 0)
+            )
         ),
         lambda m, tr, sy, st: tr.precision,
-        lambda m, tr, sy, st: "bf16 on an accelerator without FP8 peak",
+        lambda m, tr, sy, st: (
+            "a precision the accelerator has a peak for (system.peak_tflops_fp8 / "
+            "peak_tflops_fp4 > 0); bf16 runs everywhere"
+        ),
+    ),
+    Rule(
+        "strategy.offload_activations",
+        lambda xp, m, tr, sy, st: (
+            ((st.offload_activations == 0) & (st.offload_optimizer == 0))
+            | (sy.accelerator.host_link_gbps > 0)
+        ),
+        lambda m, tr, sy, st: (
+            f"{_g(st.offload_activations)} (optimizer {_g(st.offload_optimizer)})"
+        ),
+        lambda m, tr, sy, st: "0 unless system.host_link_gbps > 0 (offloading needs a host link)",
+    ),
+    Rule(
+        "strategy.recompute_modules",
+        lambda xp, m, tr, sy, st: (st.recompute_modules[5] == 0) | (m.kv_lora_rank > 0),
+        lambda m, tr, sy, st: "mla_up_proj",
+        lambda m, tr, sy, st: "mla_up_proj only for an MLA model (model.kv_lora_rank > 0)",
     ),
 )
 """The validity rules, in the order :func:`check_strategy` reports them."""
 
 _DEGREES = ("tp", "pp", "dp", "cp", "ep", "microbatch", "interleave")
+_LAYER_COUNTS = ("pp_first_layers", "pp_last_layers")
+_FRACTIONS = ("recompute_fraction", "offload_activations", "offload_optimizer")
 
 
 def valid_mask(specs: dict):
@@ -239,6 +296,12 @@ def valid_mask(specs: dict):
     ok = jnp.asarray(True)
     for d in _DEGREES:
         ok &= _integer(jnp, getattr(st, d))
+    for d in _LAYER_COUNTS:
+        x = getattr(st, d)
+        ok &= (jnp.floor(x) == x) & (x >= 0)
+    for d in _FRACTIONS:
+        x = getattr(st, d)
+        ok &= (x >= 0) & (x <= 1)
     for rule in RULES:
         ok &= rule.ok(jnp, m, tr, sy, st)
     return ok
@@ -258,6 +321,18 @@ def check_strategy(st: Strategy, model: Model, training: Training, system: Syste
             raise SpecError(
                 f"strategy.{name}", arr.tolist(), f"weights over {k} options summing to 1"
             )
+    for d in _LAYER_COUNTS:
+        positive(f"strategy.{d}", getattr(st, d), integer=True, allow_zero=True)
+    for d in _FRACTIONS:
+        if not 0 <= positive(f"strategy.{d}", getattr(st, d), allow_zero=True) <= 1:
+            raise SpecError(f"strategy.{d}", getattr(st, d), "a fraction in [0, 1]")
+    mods = np.asarray(st.recompute_modules, dtype=float)
+    if mods.shape != (len(RECOMPUTE_MODULES),) or np.any((mods < 0) | (mods > 1)):
+        raise SpecError(
+            "strategy.recompute_modules",
+            mods.tolist(),
+            f"weights in [0, 1] over {list(RECOMPUTE_MODULES)}",
+        )
     pl = np.asarray(st.placement, dtype=float)
     if pl.shape != (5,):
         raise SpecError("strategy.placement", pl.tolist(), "5 ranks for (tp, cp, ep, dp, pp)")
@@ -281,6 +356,8 @@ class _Floats:
             v = tuple(_Floats(x) for x in v)
         elif dataclasses.is_dataclass(v):
             v = _Floats(v)
+        elif np.ndim(v) > 0:
+            v = np.asarray(v, dtype=float)
         elif not (type(v) is float or isinstance(v, str)):
             v = float(v)
         setattr(self, name, v)
@@ -296,6 +373,10 @@ class _Host:
     floor = staticmethod(math.floor)
     maximum = staticmethod(max)
     asarray = staticmethod(bool)
+
+    @staticmethod
+    def where(cond, a, b):
+        return a if cond else b
 
 
 # --------------------------------------------------------------------------------------

@@ -85,6 +85,18 @@ class Smoothing:
         out = safe_m * jnp.exp(safe_log(s) / p)
         return jnp.where(m > 0, out, hard)
 
+    def argmax_weights(self, *xs):
+        """Weights of each argument being the largest: one-hot (first of ties) when exact, a
+        softmax at temperature ``tau`` relative to the largest when relaxed.  ``sum_i w_i x_i``
+        is then the hard max (exact) or a smooth under-estimate of it."""
+        x = jnp.stack(jnp.broadcast_arrays(*xs))
+        if self.exact:
+            idx = jnp.argmax(x, axis=0)
+            return [jnp.where(idx == i, 1.0, 0.0) for i in range(len(xs))]
+        scale = jax.lax.stop_gradient(jnp.maximum(jnp.max(jnp.abs(x), axis=0), 1e-30))
+        w = jax.nn.softmax(x / (jnp.maximum(self.tau, 1e-6) * scale), axis=0)
+        return [w[i] for i in range(len(xs))]
+
     def min(self, *xs):
         """Minimum of positive arrays (smooth as ``1/max(1/x)`` when relaxed)."""
         if self.exact:

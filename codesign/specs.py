@@ -377,6 +377,10 @@ class Efficiency:
     grouped_gemm_eff: float = 1.0
     """Efficiency of the experts' grouped GEMMs relative to a dense GEMM of the same shape.
     1 (by construction); calibrated."""
+    cpu_optimizer_gbps: float = 40.0
+    """Host-memory bandwidth per accelerator available to a CPU-offloaded optimizer step, GB/s
+    (it moves ``optimizer_bytes_per_param`` per parameter).  Estimate: a dual-socket host's
+    ~300-400 GB/s of DRAM bandwidth shared by 8 accelerators, derated for Adam's access."""
     moe_permute_factor: float = 1.0
     """HBM traffic of MoE routing (router, permutation and un-permutation of the dispatched
     tokens) over its minimal count.  1 (by construction); calibrated."""

@@ -39,7 +39,7 @@ from flax import struct
 from codesign import collectives as coll
 from codesign import compute, memory, pipeline, workload
 from codesign.cost import cluster_cost
-from codesign.rules import check_all, data_parallel_groups, sharded, zero_fractions
+from codesign.rules import check_all, data_parallel_groups, expert_tp, sharded, zero_fractions
 from codesign.smoothing import EXACT, Smoothing, safe_div
 from codesign.specs import Efficiency, Model, Strategy, System, Training
 
@@ -65,6 +65,7 @@ BREAKDOWN_KEYS = (
     "pp_p2p",
     "dp_comm",
     "optimizer",
+    "offload",
     "overhead",
 )
 
@@ -90,6 +91,14 @@ class Report:
     params: dict
     cost: dict
     exposed_comm_s: dict
+    time_stage: Any
+    """Which stage sets the step time: 0 first, 1 a middle stage, 2 last (see
+    :data:`codesign.pipeline.STAGES`)."""
+    memory_stage: Any
+    """Which stage needs the most memory (0 first, 1 middle, 2 last); ``memory_gb`` is its."""
+    stage_layers: dict
+    """Layers on the ``first``, a ``middle`` and the ``last`` stage (a middle one has 0 when
+    p < 3)."""
 
 
 def _strides(strategy: Strategy, sm: Smoothing) -> dict:
@@ -118,18 +127,25 @@ def parallel_groups(strategy: Strategy, sm: Smoothing = EXACT) -> dict:
     st = strategy
     s = _strides(st, sm)
     _, edp = data_parallel_groups(st)
+    # MoE parallel folding: the expert ranks are laid etp innermost (on the tensor-parallel
+    # ranks' stride), then ep, then the expert data parallelism, so etp replaces tp in the
+    # stride of ep when tp is laid inside ep.
+    etp = expert_tp(st)
+    inside = sm.before(st.placement[0], st.placement[2])
+    s_ep = s["ep"] / (1.0 + inside * (st.tp - 1.0)) * (1.0 + inside * (etp - 1.0))
     return {
         "tp": [(st.tp, s["tp"])],
         "cp": [(st.cp, s["cp"])],
-        "ep": [(st.ep, s["ep"])],
+        "ep": [(st.ep, s_ep)],
+        "etp": [(etp, s["tp"])],
         "pp": [(st.pp, s["pp"])],
         "dp": [(st.cp, s["cp"]), (st.dp, s["dp"])],
-        "edp": [(edp, s["ep"] * st.ep)],
+        "edp": [(edp, s_ep * st.ep)],
     }
 
 
-def local_params(model: Model, strategy: Strategy, sm: Smoothing) -> dict:
-    """Dense and expert parameters held by one rank of the most loaded stage (before ZeRO)."""
+def _layer_param_parts(model: Model, strategy: Strategy) -> tuple:
+    """``(dense, expert)`` parameters of one layer held by one rank (depth-averaged)."""
     st = strategy
     p = workload.layer_params(model)
     moe_frac = safe_div(model.moe_layers, model.layers)
@@ -140,14 +156,47 @@ def local_params(model: Model, strategy: Strategy, sm: Smoothing) -> dict:
         + moe_frac * (p["router"] + p["shared"])
     )
     expert_layer = moe_frac * p["experts"]
-    lps = model.layers / st.pp
-    one_stage = 1.0 - sm.step(st.pp - 1.0)
-    emb = model.vocab * model.hidden / st.tp * (1.0 + (1.0 - model.tied_embeddings) * one_stage)
+    return dense_layer / st.tp, expert_layer / (expert_tp(st) * st.ep)
+
+
+def stage_params(model: Model, strategy: Strategy, layers, first, last) -> dict:
+    """Dense and expert parameters held by one rank of a stage of ``layers`` layers (before
+    ZeRO); ``first``/``last`` (0/1) add the input embedding / the output layer (Megatron
+    keeps a copy of a tied embedding on the last stage too)."""
+    st = strategy
+    dense_layer, expert_layer = _layer_param_parts(model, st)
+    emb = model.vocab * model.hidden / st.tp
     return {
-        "dense": lps * dense_layer / st.tp + emb,
-        "expert": lps * expert_layer / (st.tp * st.ep),
-        "per_layer": dense_layer / st.tp + expert_layer / (st.tp * st.ep),
+        "dense": layers * dense_layer + emb * (first + last),
+        "expert": layers * expert_layer,
+        "per_layer": dense_layer + expert_layer,
     }
+
+
+def local_params(model: Model, strategy: Strategy, sm: Smoothing) -> dict:
+    """Parameters held by one rank of a stage of ``L / p`` layers with the input embedding
+    (plus the output layer when ``p = 1`` and the embeddings are untied): the first stage of
+    an even split."""
+    st = strategy
+    one_stage = 1.0 - sm.step(st.pp - 1.0)
+    out = one_stage * (1.0 - model.tied_embeddings)
+    return stage_params(model, st, model.layers / st.pp, 1.0, out)
+
+
+def _stages(model: Model, strategy: Strategy, sm: Smoothing) -> list:
+    """``(index, layers, embedding, output_params, output_compute)`` of the first, a middle and
+    the last stage: whether it holds the input embedding, the output layer's parameters
+    (a single stage holds both ends, the output only when untied) and runs the output layer
+    and loss (the last stage, which is also the first when ``p = 1``)."""
+    st = strategy
+    n = pipeline.stage_layers(model.layers, st, sm)
+    single = 1.0 - sm.step(st.pp - 1.0)
+    out_single = single * (1.0 - model.tied_embeddings)
+    return [
+        (0.0, n["first"], 1.0, out_single, single),
+        (1.0, n["middle"] * n["has_middle"], 0.0, 0.0, 0.0),
+        (st.pp - 1.0, n["last"], single, out_single + (1.0 - single), 1.0),
+    ]
 
 
 def evaluate_unchecked(
@@ -167,58 +216,95 @@ def evaluate_unchecked(
     groups = parallel_groups(st, sm)
     r = st.recompute
     z = st.zero
+    w = st.recompute_modules  # core_attn, layernorm, mlp, moe_act, moe, mla_up_proj
+    phi = st.recompute_fraction
 
-    # ---- compute, one micro-batch on the most loaded stage --------------------------------
+    # ---- compute of one layer and one micro-batch ----------------------------------------
     act = memory.layer_activation_bytes(m, st)
-    lt = compute.layer_times(
-        m, st, sy, eff, precision, act["none"], sm, act["none"] - act["selective"]
-    )
-    lps = m.layers / st.pp
+    lt = compute.layer_times(m, st, sy, eff, precision, act, sm)
     layer_fwd = lt["gemm"] + lt["attention"] + lt["elementwise"]
-    t_fwd = lps * layer_fwd + lt["logits"] + lt["logits_elementwise"]
-    t_bwd = eff.backward_factor * (lps * (lt["gemm"] + lt["attention"]) + lt["logits"]) + 2.0 * (
-        lps * lt["elementwise"] + lt["logits_elementwise"]
+    layer_bwd = eff.backward_factor * (lt["gemm"] + lt["attention"]) + 2.0 * lt["elementwise"]
+    logit_fwd = lt["logits"] + lt["logits_elementwise"]
+    logit_bwd = eff.backward_factor * lt["logits"] + 2.0 * lt["logits_elementwise"]
+    # Selective recomputation re-runs the chosen modules' forward; full recomputation re-runs
+    # phi of the layers' forward, in recompute_factor times its time.
+    selective = (
+        w[0] * (lt["attention"] + lt["score_elementwise"])
+        + w[1] * lt["layernorm"]
+        + w[2] * lt["mlp"]
+        + w[3] * (1.0 - w[4]) * lt["moe_act"]
+        + w[4] * lt["moe"]
+        + w[5] * lt["mla_up"]
     )
-    # Selective recomputation re-runs the attention core (QK^T, softmax, dropout, AV); full
-    # recomputation re-runs the layer's forward, in recompute_factor times its time.
-    t_rec = lps * (
-        r[1] * (lt["attention"] + lt["score_elementwise"]) + r[2] * eff.recompute_factor * layer_fwd
-    )
+    layer_rec = r[1] * selective + r[2] * phi * eff.recompute_factor * layer_fwd
 
-    # ---- communication inside a micro-batch ----------------------------------------------
+    # ---- communication inside a micro-batch, per layer -----------------------------------
     tokens = st.microbatch * m.seq_len / st.cp
     h = m.hidden
-    passes = 4.0 + 2.0 * r[2]  # TP/EP collectives: 2 forward, 2 backward, 2 more to recompute
+    passes = 4.0 + 2.0 * r[2] * phi  # TP collectives: 2 forward, 2 backward, 2 to recompute
     tp_ar = coll.all_reduce_time(2.0 * tokens * h, groups["tp"], sy, sm)
-    t_tp = lps * passes * tp_ar * (1.0 - st.overlap_tp * eff.tp_overlap_eff)
+    t_tp = passes * tp_ar * (1.0 - st.overlap_tp * eff.tp_overlap_eff)
     # With sequence parallelism only the s/t shard of each GEMM input is stored, so the
     # backward pass all-gathers it again for the weight gradients (twice per layer: QKV and
     # MLP inputs), asynchronously behind the input-gradient GEMM (Megatron-LM's
     # LinearWithGradAccumulationAndAsyncCommunication; Korthikanti et al. 2022 Sec. 4.2.2):
     # exposed (1 - tp_overlap_eff) of it.
     tp_ag = coll.all_gather_time(2.0 * tokens * h, groups["tp"], sy, sm)
-    t_tp = t_tp + lps * st.sequence_parallel * 2.0 * tp_ag * (1.0 - eff.tp_overlap_eff)
+    t_tp = t_tp + st.sequence_parallel * 2.0 * tp_ag * (1.0 - eff.tp_overlap_eff)
 
+    qk, v = workload.attention_core_dims(m)
     _, kv = workload.attention_dims(m)
-    kv_bytes = 2.0 * 2.0 * st.microbatch * m.seq_len * kv / st.tp
+    mla = workload.is_mla(m)
+    kv_width = mla * (qk + v) + (1.0 - mla) * 2.0 * kv  # K and V exchanged by ring attention
+    kv_bytes = 2.0 * st.microbatch * m.seq_len * kv_width / st.tp
     cp_ag = coll.all_gather_time(kv_bytes, groups["cp"], sy, sm)
     cp_exposed_pass = sm.relu(
         cp_ag - eff.cp_overlap_eff * lt["attention"], scale=lt["attention"] + 1e-9
     )
-    t_cp = lps * (3.0 + r[2]) * cp_exposed_pass  # fwd 1, bwd 2 (AG + RS), recompute
+    t_cp = (3.0 + r[2] * phi) * cp_exposed_pass  # fwd 1, bwd 2 (AG + RS), recompute
 
+    # Expert parallelism: all-to-all of the tokens' top_k slots to the experts and back,
+    # forward and backward (again when the MoE layer is recomputed); with etp > 1 the expert
+    # tensor-parallel ranks all-gather their slots and reduce-scatter the results.
+    moe_frac = safe_div(m.moe_layers, m.layers)
     a2a_tokens = tokens / (st.sequence_parallel * st.tp + (1.0 - st.sequence_parallel))
     a2a_bytes = 2.0 * a2a_tokens * m.moe_top_k * h
-    moe_per_stage = m.moe_layers / st.pp
-    t_ep = moe_per_stage * passes * coll.all_to_all_time(a2a_bytes, groups["ep"], sy, sm)
+    ep_passes = 4.0 + 2.0 * (r[2] * phi + r[1] * w[4])
+    dedup = st.moe_hierarchical_dispatch * m.moe_top_k
+    a2a = coll.all_to_all_time(a2a_bytes, groups["ep"], sy, sm, dedup_copies=dedup)
+    etp_bytes = 2.0 * a2a_tokens * m.moe_top_k * h * expert_tp(st)
+    etp_ag = coll.all_gather_time(etp_bytes, groups["etp"], sy, sm)
+    has_etp = sm.step(expert_tp(st) - 1.0)
+    ep_one = ep_passes * (a2a + has_etp * etp_ag)
+    t_ep = moe_frac * ep_one * (1.0 - st.overlap_moe_comm * eff.ep_overlap_eff)
 
-    t_mb = t_fwd + t_bwd + t_rec + t_tp + t_cp + t_ep
+    # Activation offloading: the offloaded bytes go to the host during the forward pass and
+    # come back for the backward pass, hidden up to offload_overlap_eff of each.
+    host = sy.accelerator.host_link_gbps * 1e9
+    off_s = safe_div(st.offload_activations * memory.stored_per_layer(act, st), host)
+    t_off = sm.relu(off_s - eff.offload_overlap_eff * layer_fwd, scale=layer_fwd) + sm.relu(
+        off_s - eff.offload_overlap_eff * layer_bwd, scale=layer_bwd
+    )
+
+    # ---- the slowest stage ---------------------------------------------------------------
+    per_layer = layer_fwd + layer_bwd + layer_rec + t_tp + t_cp + t_ep + t_off
+    per_logit = logit_fwd + logit_bwd
+    stages = _stages(m, st, sm)
+    stage_t = [sg[1] * per_layer + sg[4] * per_logit for sg in stages]
+    tw = sm.argmax_weights(*stage_t)
+    n_eff = sum(wi * sg[1] for wi, sg in zip(tw, stages, strict=True))
+    out_eff = sum(wi * sg[4] for wi, sg in zip(tw, stages, strict=True))
+    t_fwd = n_eff * layer_fwd + out_eff * logit_fwd
+    t_bwd = n_eff * layer_bwd + out_eff * logit_bwd
+    t_rec = n_eff * layer_rec
+    t_mb = t_fwd + t_bwd + t_rec + n_eff * (t_tp + t_cp + t_ep + t_off)
     bubble = pipeline.bubble_time(st.pp, st.interleave, t_mb)
     p2p_one = coll.p2p_time(2.0 * tokens * h / st.tp, groups["pp"], sy, sm)
     p2p = pipeline.exposed_p2p_time(st.pp, st.interleave, n_mb, p2p_one, eff.p2p_overlap_eff)
 
-    # ---- data parallelism / ZeRO ---------------------------------------------------------
-    pl = local_params(m, st, sm)
+    # ---- data parallelism / ZeRO (the stage with the most parameters) --------------------
+    sparams = [stage_params(m, st, sg[1], sg[2], sg[3]) for sg in stages]
+    pl = {k: sm.max(*[sp[k] for sp in sparams]) for k in ("dense", "expert")}
     gbytes = training.grad_reduce_bytes
 
     def dp_time(n_params, group):
@@ -235,37 +321,51 @@ def evaluate_unchecked(
     window = st.overlap_dp * eff.dp_overlap_eff * window
     dp_exposed = sm.relu(t_dp - window, scale=t_mb)
 
-    # ---- optimizer -----------------------------------------------------------------------
+    # ---- optimizer: on the accelerator, and the offloaded part on the host CPU -----------
     opt_params = sharded(pl["dense"], pl["expert"], zero_fractions(z)["optimizer"], st)
     hbm = sy.accelerator.hbm_tbps * 1e12 * eff.hbm_eff
-    t_opt = eff.optimizer_bytes_per_param * opt_params / hbm
+    t_opt_dev = (1.0 - st.offload_optimizer) * eff.optimizer_bytes_per_param * opt_params / hbm
+    off_params = st.offload_optimizer * opt_params
+    t_opt_host = safe_div(off_params * (gbytes + 2.0), host) + safe_div(
+        off_params * eff.optimizer_bytes_per_param, eff.cpu_optimizer_gbps * 1e9
+    )
+    t_opt = sm.max(t_opt_dev, t_opt_host)
 
     breakdown = {
         "forward": n_mb * t_fwd,
         "backward": n_mb * t_bwd,
         "recompute": n_mb * t_rec,
-        "tp_comm": n_mb * t_tp,
-        "cp_comm": n_mb * t_cp,
-        "ep_comm": n_mb * t_ep,
+        "tp_comm": n_mb * n_eff * t_tp,
+        "cp_comm": n_mb * n_eff * t_cp,
+        "ep_comm": n_mb * n_eff * t_ep,
         "pp_bubble": bubble,
         "pp_p2p": p2p,
         "dp_comm": dp_exposed,
         "optimizer": t_opt,
+        "offload": n_mb * n_eff * t_off,
         "overhead": jnp.zeros_like(t_opt) + eff.step_overhead_s,
     }
     step_time = sum(breakdown.values())
 
-    # ---- memory --------------------------------------------------------------------------
-    mem = memory.memory_bytes(m, st, eff, pl, n_mb, sm, training.grad_reduce_bytes)
-    memory_gb = {k: v / 1e9 for k, v in mem.items()}
-    fits = mem["total"] <= sy.accelerator.hbm_gb * 1e9
+    # ---- memory: each stage, the largest reported ----------------------------------------
+    mems = [
+        memory.stage_memory_bytes(m, st, eff, sp, n_mb, sm, training.grad_reduce_bytes, idx, n, out)
+        for (idx, n, _, _, out), sp in zip(stages, sparams, strict=True)
+    ]
+    mw = sm.argmax_weights(*[mm["total"] for mm in mems])
+    memory_gb = {
+        k: sum(wi * mm[k] for wi, mm in zip(mw, mems, strict=True)) / 1e9 for k in MEMORY_KEYS
+    }
+    fits = memory_gb["total"] <= sy.accelerator.hbm_gb
 
     # ---- throughput and cost -------------------------------------------------------------
     tokens_step = training.global_batch * m.seq_len
     flops = workload.model_flops_per_step(m, training.global_batch)
     f = workload.forward_flops_per_token(m)
     rec_flops = (
-        tokens_step * m.layers * (r[1] * f["attention"] + r[2] * (f["gemm"] + f["attention"]))
+        tokens_step
+        * m.layers
+        * (r[1] * w[0] * f["attention"] + r[2] * phi * (f["gemm"] + f["attention"]))
     )
     denom = step_time * sy.num_accelerators * compute.peak_flops(sy, precision)
     cost = cluster_cost(sy, step_time, tokens_step, training.tokens)
@@ -287,7 +387,12 @@ def evaluate_unchecked(
             "local_expert": pl["expert"],
         },
         cost=cost,
-        exposed_comm_s={"dp_total": t_dp, "tp_per_microbatch": t_tp, "p2p_one": p2p_one},
+        exposed_comm_s={"dp_total": t_dp, "tp_per_microbatch": n_eff * t_tp, "p2p_one": p2p_one},
+        time_stage=sum(i * wi for i, wi in enumerate(tw)),
+        memory_stage=sum(i * wi for i, wi in enumerate(mw)),
+        stage_layers={
+            k: sg[1] + 0.0 * step_time for k, sg in zip(pipeline.STAGES, stages, strict=True)
+        },
     )
 
 

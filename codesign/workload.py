@@ -19,6 +19,9 @@ from codesign.specs import Model
 __all__ = [
     "head_dim",
     "attention_dims",
+    "is_mla",
+    "attention_gemms",
+    "attention_core_dims",
     "layer_params",
     "total_params",
     "forward_flops_per_token",
@@ -37,24 +40,69 @@ def attention_dims(m: Model):
     return m.heads * d, m.kv_heads * d
 
 
-def layer_params(m: Model) -> dict:
-    """Parameters of one layer by part.
+def is_mla(m: Model):
+    """1.0 for multi-head latent attention (``kv_lora_rank > 0``), else 0.0."""
+    return jnp.where(m.kv_lora_rank > 0, 1.0, 0.0)
 
-    ``attention``: ``h (q + 2 kv) + q h`` (QKV and output projections);
-    ``mlp``: ``(2 + gated) h f`` (one dense MLP);
-    ``router``: ``h E``; ``experts``: ``E (2 + gated) h f_e`` (all routed experts);
-    ``shared``: ``n_s (2 + gated) h f_e``; ``norms``: ``2 h``.
+
+def attention_core_dims(m: Model) -> tuple:
+    """``(qk_dim, v_dim)``: total width of the queries (= keys after expansion) and of the
+    values over all heads.  GQA: ``heads * head_dim`` both; MLA (DeepSeek-AI 2024,
+    arXiv:2405.04434, Sec. 2.1): ``heads (d_nope + d_rope)`` and ``heads d_v``."""
+    q, _ = attention_dims(m)
+    mla = is_mla(m)
+    qk = mla * m.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) + (1.0 - mla) * q
+    v = mla * m.heads * m.v_head_dim + (1.0 - mla) * q
+    return qk, v
+
+
+def attention_gemms(m: Model) -> list:
+    """The projection GEMMs of one attention block as ``(n, k, split)`` per token: an
+    ``n x k`` weight, split by tensor parallelism along ``n`` (``"n"``, column parallel),
+    along ``k`` (``"k"``, row parallel) or not at all (``None``, replicated).
+
+    GQA: fused QKV ``(q + 2 kv) x h`` and the output projection ``h x q``.  MLA (DeepSeek-V3,
+    arXiv:2412.19437, Sec. 2.1.1; Megatron-Core ``MLASelfAttention``): query down-projection
+    ``r_q x h`` (replicated) and up-projection ``heads (d_nope + d_rope) x r_q`` (or, without
+    ``q_lora_rank``, one ``heads (d_nope + d_rope) x h``), the joint key/value down-projection
+    ``(r_kv + d_rope) x h`` (replicated), its up-projection ``heads (d_nope + d_v) x r_kv``,
+    and the output projection ``h x heads d_v``.  Terms of the other kind are multiplied by
+    0, so one list serves both (the shapes are dynamic leaves).
     """
     h = m.hidden
     q, kv = attention_dims(m)
+    mla = is_mla(m)
+    gqa = 1.0 - mla
+    qk, v = attention_core_dims(m)
+    q_low = jnp.where(m.q_lora_rank > 0, 1.0, 0.0) * mla
+    return [
+        (gqa * (q + 2.0 * kv) + mla * (1.0 - q_low) * qk, h, "n"),  # QKV (GQA) or Q (MLA)
+        (q_low * m.q_lora_rank, h, None),  # MLA query down-projection
+        (q_low * qk, m.q_lora_rank, "n"),  # MLA query up-projection
+        (mla * (m.kv_lora_rank + m.qk_rope_head_dim), h, None),  # MLA KV down-projection
+        (mla * m.heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, "n"),  # KV up
+        (h, gqa * q + mla * v, "k"),  # output projection
+    ]
+
+
+def layer_params(m: Model) -> dict:
+    """Parameters of one layer by part.
+
+    ``attention``: the projections of :func:`attention_gemms` (GQA: ``h (q + 2 kv) + q h``);
+    ``mlp``: ``(2 + gated) h f`` (one dense MLP);
+    ``router``: ``h E``; ``experts``: ``E (2 + gated) h f_e`` (all routed experts);
+    ``shared``: ``n_s (2 + gated) h f_e``; ``norms``: ``2 h`` (plus MLA's latent norms).
+    """
+    h = m.hidden
     mats = 2.0 + m.gated_mlp
+    attn = sum(n * k for n, k, _ in attention_gemms(m))
     return {
-        "attention": h * (q + 2.0 * kv) + q * h,
+        "attention": attn,
         "mlp": mats * h * m.ffn_hidden,
         "router": h * m.moe_experts,
         "experts": m.moe_experts * mats * h * m.moe_ffn_hidden,
         "shared": m.moe_shared_experts * mats * h * m.moe_ffn_hidden,
-        "norms": 2.0 * h,
+        "norms": 2.0 * h + is_mla(m) * (m.q_lora_rank + m.kv_lora_rank),
     }
 
 
@@ -93,11 +141,12 @@ def forward_flops_per_token(m: Model) -> dict:
     """Forward FLOPs per token by part (2 FLOPs per multiply-accumulate).
 
     ``gemm`` per layer (dense MLP layers and MoE layers averaged over the depth),
-    ``attention`` per layer (``QK^T`` and ``AV``: ``4 s q`` per token, full, not causal,
-    as in Narayanan et al. eq. 3), and ``logits`` for the whole model (``2 h V``).
+    ``attention`` per layer (``QK^T`` and ``AV``: ``2 s (qk + v)`` per token, ``4 s q`` for
+    standard attention, full, not causal, as in Narayanan et al. eq. 3), and ``logits`` for
+    the whole model (``2 h V``).
     """
     p = layer_params(m)
-    q, _ = attention_dims(m)
+    qk, v = attention_core_dims(m)
     mats = 2.0 + m.gated_mlp
     moe_frac = m.moe_layers / m.layers
     moe_mlp = (
@@ -106,7 +155,7 @@ def forward_flops_per_token(m: Model) -> dict:
     mlp = (1.0 - moe_frac) * p["mlp"] + moe_frac * moe_mlp
     return {
         "gemm": 2.0 * (p["attention"] + mlp),
-        "attention": 4.0 * m.seq_len * q,
+        "attention": 2.0 * m.seq_len * (qk + v),
         "logits": 2.0 * m.hidden * m.vocab,
     }
 

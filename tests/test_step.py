@@ -466,7 +466,10 @@ def test_moe_expert_parallel_terms_by_hand():
     """Mixtral 8x7B, 64 H100, tp 2 pp 2 dp 16 ep 8, SP, selective (no CP): the all-to-all of
     each MoE layer's top-2 slots (Lepikhin et al. 2020), 2 forward + 2 backward per layer;
     the ep group holds 8 consecutive dp ranks at stride tp = 2: 4 per NVLink node (share 3/8)
-    and 8 over IB (share 4/8)."""
+    and 8 over IB (share 4/8).  The experts are split etp = tp = 2 ways (Megatron's default),
+    so the 2 expert-TP ranks (adjacent, one NVLink hop) all-gather their dispatched slots
+    (Megatron-Core's MoEAlltoAllTokenDispatcher) with each pass: a ring all-gather of
+    ``etp * S`` bytes, (r - 1) alpha + (r - 1)/r * size / beta with r = 2."""
     cfg = CONFIGS["mixtral-ep"]()
     r = report_of(cfg)
     (a0, b0), (a1, b1) = links(cfg)
@@ -475,7 +478,8 @@ def test_moe_expert_parallel_terms_by_hand():
     tokens = s / tp  # with SP each TP rank dispatches its 1/tp of the tokens
     S = 2 * tokens * k * h
     a2a = (a0 + 3 / 8 * S / b0) + (a1 + 4 / 8 * S / b1)
-    t_ep = l / pp * 4 * a2a
+    etp_ag = a0 + 0.5 * (2 * S) / b0
+    t_ep = l / pp * 4 * (a2a + etp_ag)
     assert math.isclose(float(r.breakdown_s["ep_comm"]), n_mb * t_ep, rel_tol=1e-12)
     # Expert parameters: 8 experts x 3 h f per layer, sharded tp x ep ways.
     expert = (l / pp) * 8 * 3 * h * 14336 / (tp * 8)

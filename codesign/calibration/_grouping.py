@@ -9,6 +9,9 @@ fitted label (:func:`fallback_chain`: :data:`LABEL_FALLBACK`, :data:`STACK_FALLB
 from __future__ import annotations
 
 from codesign.config import catalog
+from codesign.specs import precision_family
+
+_PRECISION_LABEL = {"half": "", "fp8": "-fp8", "fp4": "-fp4"}
 
 __all__ = [
     "CALIBRATION_START",
@@ -89,6 +92,7 @@ STACK_FALLBACK = {
     "megatron-2021": ("megatron", "nemo", "composer"),
     "nemo": ("megatron", "megatron-2021", "composer"),
     "composer": ("megatron", "megatron-2021", "nemo"),
+    "bridge": ("nemo", "megatron", "megatron-2021", "composer"),
     "any": ("megatron", "megatron-2021", "nemo", "composer"),
 }
 """For a stack without fitted values, the stacks to borrow from, nearest first (the other
@@ -176,7 +180,7 @@ def config_labels(cfg) -> dict:
     stack = cfg.names.get("stack") or "any"
     labels = {
         "generation": gen,
-        "generation+precision": gen + ("-fp8" if cfg.training.precision == "fp8" else ""),
+        "generation+precision": gen + _PRECISION_LABEL[precision_family(cfg.training.precision)],
         "generation+attention": gen + ("" if float(cfg.strategy.flash_attention) else "-unfused"),
         "shared": "all",
         "fabric kind": tuple(fabrics.get(t, {}).get("kind", t) for t in tiers),
