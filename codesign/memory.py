@@ -59,7 +59,7 @@ import jax.numpy as jnp
 from codesign import pipeline, workload
 from codesign.rules import sharded, zero_fractions
 from codesign.smoothing import Smoothing
-from codesign.specs import Efficiency, Model, Strategy
+from codesign.specs import Efficiency, Model, Strategy, precision_family
 
 __all__ = [
     "activation_bytes_per_token_layer",
@@ -72,7 +72,9 @@ __all__ = [
 MEMORY_TERMS = ("weights", "gradients", "optimizer", "activations", "buffers")
 
 
-def activation_bytes_per_token_layer(model: Model, strategy: Strategy) -> dict:
+def activation_bytes_per_token_layer(
+    model: Model, strategy: Strategy, precision: str = "bf16"
+) -> dict:
     """Bytes stored per token per layer without recomputation, by TP behaviour and module.
 
     ``replicated`` (not split by TP unless sequence parallel) and ``split`` (split by TP) sum
@@ -102,6 +104,18 @@ def activation_bytes_per_token_layer(model: Model, strategy: Strategy) -> dict:
     attn_split = (1.0 - mla) * (2.0 * q + 4.0 * kv + 2.0 * h) + mla * (4.0 * qk + 4.0 * v)
     scores = (1.0 - strategy.flash_attention) * 5.0 * m.heads * m.seq_len
     act_part = moe_frac * slots * 2.0 * m.moe_ffn_hidden
+    # FP8/FP4 training (Transformer Engine) saves the quantized GEMM inputs for the weight
+    # gradients, 1 byte per element instead of 2: the two LayerNorm outputs, the output
+    # projection's input, the MLP's second GEMM input (and the experts' and their dispatched
+    # tokens).  (FP4 recipes keep FP8 copies for the backward pass.)
+    if precision_family(precision) != "half":
+        replicated = replicated - 2.0 * h
+        attn_split = attn_split - ((1.0 - mla) * h + mla * v)
+        mlp_split = mlp_split - (
+            (1.0 - moe_frac) * m.ffn_hidden
+            + moe_frac * (slots * m.moe_ffn_hidden + m.moe_top_k * h)
+        )
+        act_part = act_part / 2.0
     return {
         "replicated": replicated,
         "split": attn_split + mlp_split,
@@ -115,12 +129,12 @@ def activation_bytes_per_token_layer(model: Model, strategy: Strategy) -> dict:
     }
 
 
-def layer_activation_bytes(model: Model, strategy: Strategy) -> dict:
+def layer_activation_bytes(model: Model, strategy: Strategy, precision: str = "bf16") -> dict:
     """Per-layer activation bytes of one micro-batch on one rank: ``none`` (no recomputation),
     ``scores`` (its unfused ``s x s`` part), ``selective`` (the modules of
     ``strategy.recompute_modules`` recomputed) and ``full`` (the layer input only)."""
     st = strategy
-    per = activation_bytes_per_token_layer(model, st)
+    per = activation_bytes_per_token_layer(model, st, precision)
     tokens = st.microbatch * model.seq_len / st.cp
     sp = st.sequence_parallel
     rep_div = sp * st.tp + (1.0 - sp)  # replicated part: split by tp only with SP
@@ -165,6 +179,7 @@ def stage_memory_bytes(
     stage=0.0,
     layers=None,
     logits=1.0,
+    precision: str = "bf16",
 ) -> dict:
     """Bytes per accelerator by term on one pipeline stage.
 
@@ -181,7 +196,7 @@ def stage_memory_bytes(
     grads = grad_bytes * sharded(pd, pe, frac["gradients"], st)
     optimizer = 12.0 * sharded(pd, pe, frac["optimizer"], st) * (1.0 - st.offload_optimizer)
 
-    act = layer_activation_bytes(model, st)
+    act = layer_activation_bytes(model, st, precision)
     per_layer = stored_per_layer(act, st)
     n = model.layers / st.pp if layers is None else layers
     chunks = pipeline.in_flight_chunks(stage, st.pp, st.interleave, num_microbatches, sm)

@@ -220,7 +220,7 @@ def evaluate_unchecked(
     phi = st.recompute_fraction
 
     # ---- compute of one layer and one micro-batch ----------------------------------------
-    act = memory.layer_activation_bytes(m, st)
+    act = memory.layer_activation_bytes(m, st, precision)
     lt = compute.layer_times(m, st, sy, eff, precision, act, sm)
     layer_fwd = lt["gemm"] + lt["attention"] + lt["elementwise"]
     layer_bwd = eff.backward_factor * (lt["gemm"] + lt["attention"]) + 2.0 * lt["elementwise"]
@@ -349,7 +349,9 @@ def evaluate_unchecked(
 
     # ---- memory: each stage, the largest reported ----------------------------------------
     mems = [
-        memory.stage_memory_bytes(m, st, eff, sp, n_mb, sm, training.grad_reduce_bytes, idx, n, out)
+        memory.stage_memory_bytes(
+            m, st, eff, sp, n_mb, sm, training.grad_reduce_bytes, idx, n, out, precision
+        )
         for (idx, n, _, _, out), sp in zip(stages, sparams, strict=True)
     ]
     mw = sm.argmax_weights(*[mm["total"] for mm in mems])

@@ -15,6 +15,7 @@ the page only degree-independent settings are taken from it.
 
 from __future__ import annotations
 
+from codesign.calibration._unexpressible import Unexpressible, bridge_precision
 from codesign.config import data_dir
 
 __all__ = [
@@ -459,8 +460,6 @@ def bridge_key(row: dict) -> tuple:
 
 def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]:
     """``(run document, notes)`` for one Megatron-Bridge row (see :func:`codesign.calibration._rows.row_to_doc`)."""
-    from codesign.calibration._rows import Unexpressible, bridge_precision
-
     notes: list[str] = []
     hw, mod, par = row["hardware"], row["model"], row["parallel"]
     gpu_name = str(hw.get("gpu", ""))

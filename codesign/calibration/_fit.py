@@ -92,6 +92,7 @@ FRACTION_PARAMS = frozenset(
         "tp_overlap_eff",
         "cp_overlap_eff",
         "p2p_overlap_eff",
+        "ep_overlap_eff",
         TIER_EFFICIENCY,
     }
 )
@@ -106,6 +107,7 @@ POSITIVE_PARAMS = frozenset(
         "memory_overhead_gb",
         "backward_factor",
         "moe_imbalance",
+        "moe_permute_factor",
         "recompute_factor",
     }
 )

@@ -33,26 +33,23 @@ GENERATION = {
     "a100-sxm4-40gb": "a100",
     "a100-sxm4-80gb": "a100",
     "h100-sxm5-80gb": "h100",
+    "b200": "blackwell",
+    "gb200": "blackwell",
+    "gb300": "blackwell",
 }
 """Accelerator preset -> generation label for the accelerators that have measured rows."""
 
 NEAREST_GENERATION = {
     "h800-sxm5-80gb": ("h100", "same Hopper GH100 die and clocks as H100 SXM5 (NVLink cut)"),
     "h200-sxm-141gb": ("h100", "same Hopper SMs and clocks as H100 SXM5, faster HBM3e"),
-    "b200": ("h100", "Blackwell: no measured rows; nearest measured generation is Hopper"),
-    "gb200": ("h100", "Blackwell: no measured rows; nearest measured generation is Hopper"),
     "mi300x": (
         "h100",
         "AMD CDNA3: no measured rows; nearest measured generation by peak rate is H100",
     ),
     "tpu-v5p": ("a100", "TPU: no measured rows; nearest measured generation by peak rate is A100"),
     "b300": (
-        "h100",
-        "Blackwell Ultra: no measured rows; nearest measured generation is Hopper",
-    ),
-    "gb300": (
-        "h100",
-        "Blackwell Ultra: no measured rows; nearest measured generation is Hopper",
+        "blackwell",
+        "Blackwell Ultra HGX: no measured rows; B200/GB200/GB300 (Blackwell) rows are nearest",
     ),
     "mi355x": (
         "h100",
@@ -80,6 +77,11 @@ NEAREST_GENERATION = {
 
 LABEL_FALLBACK = {
     "h100-fp8": ("h100", "a100"),
+    "h100-fp4": ("h100-fp8", "h100"),
+    "blackwell": ("h100", "a100"),
+    "blackwell-fp8": ("blackwell", "h100-fp8", "h100"),
+    "blackwell-fp4": ("blackwell-fp8", "blackwell"),
+    "blackwell-unfused": ("h100-unfused", "blackwell"),
     "h100": ("a100",),
     "a100": ("h100",),
     "a100-unfused": ("h100-unfused", "a100"),
@@ -99,7 +101,7 @@ STACK_FALLBACK = {
 Megatron-LM release; NeMo is built on Megatron-Core; Composer/FSDP is the furthest from all)."""
 
 
-DEFAULT_STACK = {"a100": "megatron", "h100": "nemo"}
+DEFAULT_STACK = {"a100": "megatron", "h100": "nemo", "blackwell": "bridge"}
 """Stack whose calibrated values an accelerator preset's top-level keys hold (the most recent
 NVIDIA reference stack with measured rows on that generation); ``[efficiency] stack = ...``
 selects another (:data:`codesign.config.STACKS`)."""
@@ -136,6 +138,8 @@ PARAM_GROUPING = {
     "p2p_overlap_eff": "shared",
     "backward_factor": "shared",
     "moe_imbalance": "shared",
+    "moe_permute_factor": "shared",
+    "ep_overlap_eff": "shared",
     "recompute_factor": "shared+stack",
 }
 """How each parameter is shared: one value, one per generation, per generation and GEMM
@@ -154,6 +158,8 @@ DEFAULT_PARAMS = (
     "tier_efficiency",
     "backward_factor",
     "moe_imbalance",
+    "moe_permute_factor",
+    "ep_overlap_eff",
     "recompute_factor",
 )
 """The calibrated parameter set (chosen by the ablation in ``experiments/results/validation.md``)."""

@@ -25,6 +25,7 @@ import re
 from pathlib import Path
 
 from codesign.calibration._bridge import BRIDGE_DATA_PATH, bridge_row_to_doc
+from codesign.calibration._unexpressible import Unexpressible, bridge_precision
 from codesign.config import catalog, data_dir, load_run_dict
 from codesign.specs import SpecError
 
@@ -188,10 +189,6 @@ def data_notes(rows: list[dict]) -> list[str]:
     return notes
 
 
-class Unexpressible(ValueError):
-    """A row the model cannot express (missing field, unknown hardware, invalid strategy)."""
-
-
 def load_rows(path: str | Path = DATA_PATH) -> list[dict]:
     """The measured runs (a list of dicts, one per published run)."""
     return json.loads(Path(path).read_text())
@@ -211,34 +208,6 @@ def bridge_step_time(row: dict) -> float | None:
     if not tps or not gb:
         return None
     return gb * row["model"]["seq_len"] / (float(tps) * int(row["hardware"]["num_gpus"]))
-
-
-def bridge_precision(row: dict, variant: str, gpu: str, notes: list) -> str:
-    """Training precision of a Megatron-Bridge row (25.09 FP8 rows: the recipe's FP8 variant)."""
-    p = str(row["parallel"].get("precision", ""))
-    if p == "FP8-CS":
-        return "fp8-current"
-    if p == "FP8-MX":
-        return "mxfp8"
-    if p == "BF16":
-        return "bf16"
-    if p.startswith("FP8"):
-        # 25.09: r0.1.0 perf matrices match main numbers to fp8_cs (Llama3-70B GB200 mbs 2 is
-        # only under fp8_cs), parenthesised ones to fp8_mx (B200/GB200) / fp8_ss (H100).
-        if variant == "main":
-            notes.append("precision fp8-current (page: FP8 unstated; r0.1.0 perf matrix fp8_cs)")
-            return "fp8-current"
-        if gpu == "h100":
-            notes.append(
-                "precision fp8 (page footnote: blockwise 128x128 / 1x128, fp8_ss; no "
-                "blockwise preset)"
-            )
-            return "fp8"
-        notes.append(
-            "precision mxfp8 (page: FP8 unstated; parenthesised = 32-element blocks, fp8_mx)"
-        )
-        return "mxfp8"
-    raise ValueError(f"parallel.precision = {p!r} not understood")
 
 
 def load_all_rows() -> list[dict]:
@@ -532,8 +501,47 @@ def row_to_config(row: dict, microbatch: int | None = None, recipe_facts: bool =
     try:
         doc, notes = row_to_doc(row, microbatch, recipe_facts)
         cfg = load_run_dict(doc)
+        if recipe_facts and not _recompute_stated(row) and not _fits(cfg):
+            cfg = _ran_means_fits(doc, cfg, notes)
     except Unexpressible as e:
         return None, str(e)
     except SpecError as e:
         return None, str(e)
     return cfg, "; ".join(notes)
+
+
+RAN_MEANS_FITS = (
+    ("selective", ["core_attn"]),
+    ("selective", ["core_attn", "layernorm", "moe_act"]),
+    ("selective", ["core_attn", "layernorm", "mlp", "moe_act"]),
+    ("full", None),
+)
+"""Recomputation settings tried, lightest first, for a row whose source leaves recomputation
+unstated and that does not fit as mapped: the run happened, so it fit ("ran means fits")."""
+
+
+def _recompute_stated(row: dict) -> bool:
+    v = str(row.get("parallel", {}).get("recompute", "")).strip().lower()
+    return v.startswith(("full", "selective", "none"))
+
+
+def _fits(cfg) -> bool:
+    from codesign.step import evaluate
+
+    return bool(evaluate(*cfg.specs()).fits)
+
+
+def _ran_means_fits(doc: dict, cfg, notes: list):
+    """The lightest recomputation of :data:`RAN_MEANS_FITS` under which the run fits (noted);
+    the mapped configuration unchanged when none does."""
+    for mode, modules in RAN_MEANS_FITS:
+        trial = {**doc, "strategy": {**doc["strategy"], "recompute": mode}}
+        if modules is not None:
+            trial["strategy"]["recompute_modules"] = modules
+        cand = load_run_dict(trial)
+        if _fits(cand):
+            what = mode + (f" ({', '.join(modules)})" if modules else "")
+            notes.append(f"ASSUMED recompute {what}: unstated, and the run fit (ran means fits)")
+            return cand
+    notes.append("does not fit under any recomputation (memory model over-estimates this run)")
+    return cfg

@@ -189,7 +189,8 @@ def held_out_summary(res: dict) -> list[GroupHeldOut]:
                 continue
             if sp["kind"] == "source" and sp["held_source"] != g:
                 continue
-            by[sp["kind"]].append(
+            kind = "hardware" if sp["kind"] == "container" else sp["kind"]  # extrapolations
+            by[kind].append(
                 HeldOut(
                     sp["name"],
                     st["after"]["rows"],

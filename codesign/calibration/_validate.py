@@ -22,7 +22,7 @@ from codesign.calibration._grouping import (
     groups_for,
     resolved_groups,
 )
-from codesign.calibration._rows import load_rows
+from codesign.calibration._rows import load_all_rows
 from codesign.calibration._stats import ErrorStats
 from codesign.specs import Efficiency
 
@@ -81,7 +81,7 @@ def run_validation(
     """
     say = progress or (lambda *_: None)
     if dataset is None:
-        dataset = build_dataset(rows if rows is not None else load_rows(), recipe_facts)
+        dataset = build_dataset(rows if rows is not None else load_all_rows(), recipe_facts)
     points = dataset["points"]
     params = tuple(params)
     cfgs = [p["config"] for p in points]

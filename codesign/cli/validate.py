@@ -94,7 +94,7 @@ def run(args) -> int:
 
     t0 = time.perf_counter()
     data = Path(args.data) if args.data else calibration.DATA_PATH
-    rows = calibration.load_rows(data)
+    rows = calibration.load_rows(data) if args.data else calibration.load_all_rows()
     ds = calibration.build_dataset(rows)
     _say(
         f"{len(ds['points'])} rows with one prediction, {len(ds['ranges'])} micro-batch ranges, "

@@ -1,0 +1,37 @@
+"""Rows the model cannot express, and the precision of a Megatron-Bridge row (shared by the row mappings)."""
+
+from __future__ import annotations
+
+__all__ = ["Unexpressible", "bridge_precision"]
+
+
+class Unexpressible(ValueError):
+    """A row the model cannot express (missing field, unknown hardware, invalid strategy)."""
+
+
+def bridge_precision(row: dict, variant: str, gpu: str, notes: list) -> str:
+    """Training precision of a Megatron-Bridge row (25.09 FP8 rows: the recipe's FP8 variant)."""
+    p = str(row["parallel"].get("precision", ""))
+    if p == "FP8-CS":
+        return "fp8-current"
+    if p == "FP8-MX":
+        return "mxfp8"
+    if p == "BF16":
+        return "bf16"
+    if p.startswith("FP8"):
+        # 25.09: r0.1.0 perf matrices match main numbers to fp8_cs (Llama3-70B GB200 mbs 2 is
+        # only under fp8_cs), parenthesised ones to fp8_mx (B200/GB200) / fp8_ss (H100).
+        if variant == "main":
+            notes.append("precision fp8-current (page: FP8 unstated; r0.1.0 perf matrix fp8_cs)")
+            return "fp8-current"
+        if gpu == "h100":
+            notes.append(
+                "precision fp8 (page footnote: blockwise 128x128 / 1x128, fp8_ss; no "
+                "blockwise preset)"
+            )
+            return "fp8"
+        notes.append(
+            "precision mxfp8 (page: FP8 unstated; parenthesised = 32-element blocks, fp8_mx)"
+        )
+        return "mxfp8"
+    raise ValueError(f"parallel.precision = {p!r} not understood")
