@@ -71,6 +71,7 @@ def check_model(m) -> None:
             m.v_head_dim,
             "positive, with qk_nope_head_dim + qk_rope_head_dim > 0, for MLA (kv_lora_rank > 0)",
         )
+    _check_hybrid(m)
     if m.moe_experts > 0:
         if not 1 <= m.moe_top_k <= m.moe_experts:
             raise SpecError(
@@ -82,6 +83,38 @@ def check_model(m) -> None:
             raise SpecError(
                 "model.moe_layers", m.moe_layers, f"between 1 and layers = {m.layers:g}"
             )
+
+
+_MAMBA = ("mamba_state_dim", "mamba_head_dim", "mamba_heads", "mamba_groups")
+
+
+def _check_hybrid(m) -> None:
+    """Mamba-2 hybrid fields: counts >= 0, the Mamba dimensions positive when there are Mamba
+    layers, groups dividing the heads, and MLP-free layers leaving a valid MLP count."""
+    for f in ("mamba_layers", *_MAMBA, "mamba_conv_kernel"):
+        positive(f"model.{f}", getattr(m, f), integer=True, allow_zero=True)
+    if not float(m.mamba_layers) <= float(m.layers):
+        raise SpecError("model.mamba_layers", m.mamba_layers, f"at most layers = {m.layers:g}")
+    if m.mamba_layers > 0:
+        for f in _MAMBA:
+            if getattr(m, f) <= 0:
+                raise SpecError(f"model.{f}", getattr(m, f), "positive with mamba_layers > 0")
+        if float(m.mamba_heads) % float(m.mamba_groups):
+            raise SpecError(
+                "model.mamba_groups",
+                m.mamba_groups,
+                f"a divisor of mamba_heads = {m.mamba_heads:g}",
+            )
+    free = float(m.mlp_free_layers)
+    if free != int(free):
+        raise SpecError("model.mlp_free_layers", free, "an integer")
+    room = float(m.layers) - float(m.moe_layers)
+    if free > room or (room == 0 and free != 0):
+        raise SpecError(
+            "model.mlp_free_layers",
+            free,
+            f"at most layers - moe_layers = {room:g} (0 when every layer is MoE)",
+        )
 
 
 def check_system(s) -> None:
@@ -130,7 +163,7 @@ def check_system(s) -> None:
         positive(f"system.{f}", getattr(s, f), allow_zero=True)
 
 
-_FRACTIONS = ("gemm_max", "attention_eff", "hbm_eff", "grouped_gemm_eff")
+_FRACTIONS = ("gemm_max", "attention_eff", "hbm_eff", "grouped_gemm_eff", "ssd_eff")
 _OVERLAPS = (
     "dp_overlap_eff",
     "tp_overlap_eff",

@@ -35,6 +35,17 @@ FLOPs per token spread over all ranks.  The grouped GEMM of the ``E / ep`` local
 at the efficiency of its per-expert shape (few tokens per expert under-fill the machine) times
 ``grouped_gemm_eff``.
 
+Hybrid models (:func:`codesign.workload.fractions`): on the Mamba fraction of the layers the
+Mamba-2 projections (``in_proj`` column parallel, ``out_proj`` row parallel, both split ``tp``
+ways) replace the attention projections and the chunked SSD scan
+(:func:`codesign.workload.ssd_flops_per_token`, split ``tp`` ways by heads) runs at ``ssd_eff``
+of the half-precision peak; it is counted with the GEMMs (matmuls, backward at
+``backward_factor``, not re-run by ``core_attn`` recomputation).  The convolution and the
+gated norm are element-wise work over the stored Mamba activations.  The attention core runs
+on the attention fraction only and the MLP parts on the MLP-bearing fraction.  The sequence
+mixer of a Mamba layer is assumed not context parallel (its ``s / cp`` tokens are taken as
+independent).
+
 Low precisions (:func:`peak_flops`): FP8 and FP4 GEMMs run at the accelerator's FP8/FP4 peak;
 the output layer (logits) stays in BF16 (Transformer Engine recipes keep it in high
 precision), and every quantized GEMM input is cast first, a memory-bound pass of
@@ -118,7 +129,8 @@ def layer_times(
 ) -> dict:
     """Forward seconds of one layer (dense and MoE averaged over depth) for one micro-batch.
 
-    Returns the layer's parts, ``gemm`` (all its GEMMs), ``attention`` (the fused core),
+    Returns the layer's parts, ``gemm`` (all its GEMMs and the Mamba layers' SSD scan),
+    ``attention`` (the fused core),
     ``elementwise`` (memory-bound work, including MoE routing and quantization casts), and the
     parts that selective recomputation can re-run: ``score_elementwise`` (unfused ``s x s``
     softmax and dropout), ``layernorm``, ``mlp`` (dense MLP GEMMs and activation), ``moe_act``
@@ -165,10 +177,19 @@ def layer_times(
     router = g(tokens, jnp.maximum(m.moe_experts, 1.0), h)
     moe_mlp = router + routed + shared
     moe_frac = safe_div(m.moe_layers, m.layers)
-    gemm = attn_proj + (1.0 - moe_frac) * dense_mlp + moe_frac * moe_mlp
+    fr = workload.fractions(m)
+    dense_frac = 1.0 - moe_frac - fr["free"]
+    mamba_proj = sum(g(tokens, *_split(n, k, how, st.tp)) for n, k, how in workload.mamba_gemms(m))
+    ssd = safe_div(tokens * workload.ssd_flops_per_token(m) / st.tp, peak_half * eff.ssd_eff)
+    gemm = (
+        fr["attention"] * attn_proj
+        + dense_frac * dense_mlp
+        + moe_frac * moe_mlp
+        + fr["mamba"] * (mamba_proj + ssd)
+    )
 
     qk, v = workload.attention_core_dims(m)
-    attn_flops = 2.0 * tokens * m.seq_len * (qk + v) / st.tp
+    attn_flops = fr["attention"] * 2.0 * tokens * m.seq_len * (qk + v) / st.tp
     attention = safe_div(attn_flops, peak_half * eff.attention_eff)
     # MoE routing: dispatch and combine each read and write the tokens' 16-bit slots in HBM
     # (permute, un-permute), times moe_permute_factor (router softmax/top-k, padding, the
@@ -176,11 +197,13 @@ def layer_times(
     moe_permute = moe_frac * 2.0 * 2.0 * 2.0 * slots * h / hbm * eff.moe_permute_factor
     # Quantization casts of the GEMM inputs (per token: QKV and FC1 inputs h each, the
     # output-projection input v, the FC2 input f, expert slots likewise).
+    d_inner = workload.mamba_dims(m)[0]
     quant_elems = (
-        2.0 * h
-        + v / st.tp
-        + (1.0 - moe_frac) * ff
+        (h + fr["mlp"] * h)
+        + fr["attention"] * v / st.tp
+        + dense_frac * ff
         + moe_frac * (slots / jnp.maximum(tokens, 1.0)) * (h + fe_e)
+        + fr["mamba"] * d_inner / st.tp
     )
     quant = QUANT_BYTES[precision] * tokens * quant_elems / hbm
     elementwise = eff.elementwise_traffic * act["none"] / hbm + moe_permute + quant
@@ -196,11 +219,11 @@ def layer_times(
         "attention": attention,
         "elementwise": elementwise,
         "score_elementwise": score_elementwise,
-        "layernorm": traffic * tokens * 2.0 * 2.0 * h,
-        "mlp": (1.0 - moe_frac) * (dense_mlp + act_fn),
+        "layernorm": traffic * tokens * 2.0 * (1.0 + fr["mlp"]) * h,
+        "mlp": dense_frac * (dense_mlp + act_fn),
         "moe_act": moe_act,
         "moe": moe_frac * (moe_mlp + moe_permute) + moe_act,
-        "mla_up": mla_up,
+        "mla_up": fr["attention"] * mla_up,
         "logits": logits,
         "logits_elementwise": logits_elementwise,
     }

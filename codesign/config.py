@@ -251,10 +251,39 @@ def _section(doc: dict, name: str, required: bool = True) -> dict:
     return dict(sec)
 
 
+def _hybrid_counts(pattern, doc: dict) -> dict:
+    """Counts of a Nemotron-H ``hybrid_override_pattern`` (``M`` Mamba-2 mixer, ``*`` attention,
+    ``-`` dense MLP, ``E`` MoE MLP, one block each; arXiv:2504.03624): ``layers`` = mixers
+    (``M`` + ``*``), ``mamba_layers`` = ``M``, ``moe_layers`` = ``E`` and ``mlp_free_layers`` =
+    ``layers - E - count('-')``, so that the ``layers`` depth-averaged layers carry exactly the
+    pattern's mixers and MLPs; with more MLP blocks than mixers it is negative (each layer then
+    holds more than one MLP on average).  The pipeline split sees ``layers`` blocks."""
+    if pattern is None:
+        return {}
+    if not isinstance(pattern, str) or not pattern or set(pattern) - set("M*-E"):
+        raise SpecError("model.hybrid_pattern", pattern, "a string of M, *, - and E")
+    mixers = pattern.count("M") + pattern.count("*")
+    if mixers == 0:
+        raise SpecError("model.hybrid_pattern", pattern, "at least one M or * (mixer) block")
+    given = {k: doc.get(k) for k in ("layers", "mamba_layers", "moe_layers", "mlp_free_layers")}
+    counts = {
+        "layers": float(mixers),
+        "mamba_layers": float(pattern.count("M")),
+        "moe_layers": float(pattern.count("E")),
+        "mlp_free_layers": float(mixers - pattern.count("E") - pattern.count("-")),
+    }
+    for k, v in counts.items():
+        if given[k] not in (None, 0, 0.0) and float(given[k]) != v:
+            raise SpecError(f"model.{k}", given[k], f"{v:g} as model.hybrid_pattern implies")
+    return counts
+
+
 def _parse_model(sec: dict) -> tuple[Model, str]:
     name = sec.pop("preset", None)
     base = _preset("models", name, "model.preset") if name is not None else {}
+    counts = _hybrid_counts(sec.pop("hybrid_pattern", None), sec)  # overrides the preset's
     base.update(sec)
+    base.update(counts)
     m = _fill(Model, base, "model")
     if m.moe_experts > 0 and m.moe_layers == 0:
         m = dataclasses.replace(m, moe_layers=m.layers)

@@ -22,6 +22,15 @@ split without sequence parallelism are the LayerNorm inputs (4), the inputs of t
 QKV and first MLP GEMMs (2 + 2) and the two dropout masks (2): the "10" of eq. 2.
 Fused (flash) attention stores no ``s x s`` tensors (Dao et al. 2022).
 
+**Hybrid models** (:func:`codesign.workload.fractions`): a Mamba-2 mixer (Dao & Gu 2024,
+arXiv:2405.21060) stores, split by TP, its ``in_proj`` output ``2 (2 d_inner + 2 G N + H)``,
+the convolution's output ``2 (d_inner + 2 G N)``, ``dt`` and its cumulative decay in fp32
+(``8 H``), the chunk states ``2 d_inner N / Q`` (one ``H P N`` state per chunk of ``Q``
+tokens; mamba_ssm's fused path recomputes some of these, so this is an upper bound), the scan
+output ``2 d_inner`` and the ``out_proj`` input ``2 d_inner``, in place of the attention's
+tensors; its norm input and ``in_proj`` input are the attention's replicated ``2h + 2h``.
+MLP-free layers store no MLP tensors and one LayerNorm less.  No KV or SSM cache (training).
+
 **Recomputation as Megatron-Core runs it.**  Selective recomputation re-runs the modules of
 ``recompute_modules`` and stores none of their internal tensors: ``core_attn`` the ``s x s``
 scores, ``layernorm`` the LayerNorm outputs (the QKV and first MLP GEMM inputs, recomputed from
@@ -91,29 +100,47 @@ def activation_bytes_per_token_layer(
     do = m.dropout
     mats = 1.0 + m.gated_mlp
     moe_frac = m.moe_layers / m.layers
+    fr = workload.fractions(m)
+    di, gn, nh = workload.mamba_dims(m)
+    n_state = m.mamba_state_dim
+    mamba = (
+        2.0 * (2.0 * di + 2.0 * gn + nh)  # in_proj output (z, x, B, C, dt)
+        + 2.0 * (di + 2.0 * gn)  # convolution output (x, B, C)
+        + 8.0 * nh  # dt and its cumulative decay, fp32
+        + 2.0 * di * n_state / workload.SSD_CHUNK  # chunk states
+        + 2.0 * di  # scan output y
+        + 2.0 * di  # gated-norm output = out_proj input
+    )
     dense_mlp = 2.0 * mats * m.ffn_hidden + 2.0 * m.ffn_hidden
     per_slot = 2.0 * mats * m.moe_ffn_hidden + 2.0 * m.moe_ffn_hidden
     slots = m.moe_top_k + m.moe_shared_experts
     moe_mlp = slots * per_slot + 2.0 * m.moe_top_k * h  # + dispatched copies of the tokens
-    mlp_split = (1.0 - moe_frac) * dense_mlp + moe_frac * moe_mlp
-    # LayerNorm inputs (2 x 2h), their outputs = QKV and FC1 inputs (2 x 2h), dropout masks;
-    # MLA's latents (query and key/value down-projections, the shared rope key).
-    replicated = 4.0 * h + 4.0 * h + 2.0 * do * h
-    replicated = replicated + mla * 2.0 * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim)
-    # Q, K, V and the output-projection input (GQA: 2q + 4kv + 2h; MLA: 2qk + 2qk + 2v + 2v).
-    attn_split = (1.0 - mla) * (2.0 * q + 4.0 * kv + 2.0 * h) + mla * (4.0 * qk + 4.0 * v)
-    scores = (1.0 - strategy.flash_attention) * 5.0 * m.heads * m.seq_len
+    mlp_split = fr["dense"] * dense_mlp + moe_frac * moe_mlp
+    # LayerNorm inputs (2 x 2h), their outputs = QKV and FC1 inputs (2 x 2h), dropout masks
+    # (the MLP's three on the MLP-bearing layers only); MLA's latents (query and key/value
+    # down-projections, the shared rope key).
+    replicated = 4.0 * h + 4.0 * h + 2.0 * do * h - fr["free"] * (4.0 * h + do * h)
+    replicated = replicated + mla * fr["attention"] * 2.0 * (
+        m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim
+    )
+    # Q, K, V and the output-projection input (GQA: 2q + 4kv + 2h; MLA: 2qk + 2qk + 2v + 2v);
+    # the Mamba mixer's tensors on the Mamba layers.
+    attn_split = (
+        fr["attention"]
+        * ((1.0 - mla) * (2.0 * q + 4.0 * kv + 2.0 * h) + mla * (4.0 * qk + 4.0 * v))
+        + fr["mamba"] * mamba
+    )
+    scores = fr["attention"] * (1.0 - strategy.flash_attention) * 5.0 * m.heads * m.seq_len
     act_part = moe_frac * slots * 2.0 * m.moe_ffn_hidden
     # FP8/FP4 training (Transformer Engine) saves the quantized GEMM inputs for the weight
     # gradients, 1 byte per element instead of 2: the two LayerNorm outputs, the output
     # projection's input, the MLP's second GEMM input (and the experts' and their dispatched
     # tokens).  (FP4 recipes keep FP8 copies for the backward pass.)
     if precision_family(precision) != "half":
-        replicated = replicated - 2.0 * h
-        attn_split = attn_split - ((1.0 - mla) * h + mla * v)
+        replicated = replicated - 2.0 * h + fr["free"] * h
+        attn_split = attn_split - fr["attention"] * ((1.0 - mla) * h + mla * v) - fr["mamba"] * di
         mlp_split = mlp_split - (
-            (1.0 - moe_frac) * m.ffn_hidden
-            + moe_frac * (slots * m.moe_ffn_hidden + m.moe_top_k * h)
+            fr["dense"] * m.ffn_hidden + moe_frac * (slots * m.moe_ffn_hidden + m.moe_top_k * h)
         )
         act_part = act_part / 2.0
     return {
@@ -121,11 +148,11 @@ def activation_bytes_per_token_layer(
         "split": attn_split + mlp_split,
         "scores": scores,
         "drop_core_attn": scores,
-        "drop_layernorm": 4.0 * h,
-        "drop_mlp": (1.0 - moe_frac) * dense_mlp,
+        "drop_layernorm": 4.0 * h - fr["free"] * 2.0 * h,
+        "drop_mlp": fr["dense"] * dense_mlp,
         "drop_moe_act": act_part,
         "drop_moe": moe_frac * moe_mlp,
-        "drop_mla_up_proj": mla * (4.0 * qk + 2.0 * v),
+        "drop_mla_up_proj": mla * fr["attention"] * (4.0 * qk + 2.0 * v),
     }
 
 

@@ -10,7 +10,8 @@ Each rule of :data:`RULES` is a predicate written once against an array namespac
 
 The rules are Megatron-LM's (Shoeybi et al. 2019; Narayanan et al. 2021; Korthikanti et al.
 2022): ``tp pp dp cp`` equals the accelerator count; ``tp`` divides the attention heads and
-divides or is a multiple of the key/value heads (GQA); ``pp * interleave`` divides the
+divides or is a multiple of the key/value heads (GQA) and divides the Mamba-2 groups of a
+hybrid model; ``pp * interleave`` divides the
 layers and interleaving needs ``pp > 1``; ``cp`` divides the sequence; expert parallelism is
 carved out of the ``dp * cp`` ranks (``ep`` divides ``dp * cp`` and the expert count); the
 global batch is a multiple of ``dp * microbatch``; the cluster is made of whole scale-up
@@ -175,6 +176,15 @@ RULES: tuple[Rule, ...] = (
         lambda xp, m, tr, sy, st: _divides(xp, st.tp, m.kv_heads) | _divides(xp, m.kv_heads, st.tp),
         lambda m, tr, sy, st: st.tp,
         lambda m, tr, sy, st: f"a divisor or multiple of model.kv_heads = {_g(m.kv_heads)}",
+    ),
+    Rule(
+        "strategy.tp",
+        lambda xp, m, tr, sy, st: (m.mamba_layers == 0) | _divides(xp, st.tp, m.mamba_groups),
+        lambda m, tr, sy, st: st.tp,
+        lambda m, tr, sy, st: (
+            f"a divisor of model.mamba_groups = {_g(m.mamba_groups)} (Megatron-Core's Mamba-2 "
+            "mixer splits its B/C groups over the tensor-parallel ranks)"
+        ),
     ),
     Rule(
         "strategy.pp",

@@ -138,6 +138,22 @@ class Model:
     """MLA per-head dimension of the non-rotary part of queries and keys."""
     v_head_dim: float = 0.0
     """MLA per-head value dimension."""
+    mamba_layers: float = 0.0
+    """Hybrid models (Nemotron-H, arXiv:2504.03624): how many of the layers have a Mamba-2
+    (SSD, Dao & Gu 2024, arXiv:2405.21060) mixer instead of self-attention; 0: none."""
+    mamba_state_dim: float = 0.0
+    """Mamba-2 state size ``N`` (d_state)."""
+    mamba_head_dim: float = 0.0
+    """Mamba-2 head dimension ``P``."""
+    mamba_heads: float = 0.0
+    """Mamba-2 heads; ``d_inner = mamba_heads * mamba_head_dim`` (typically ``2 hidden``)."""
+    mamba_groups: float = 0.0
+    """Mamba-2 groups ``G`` of the input-dependent ``B`` and ``C`` (n_groups)."""
+    mamba_conv_kernel: float = 0.0
+    """Width of Mamba-2's depthwise causal convolution (4)."""
+    mlp_free_layers: float = 0.0
+    """Layers without any MLP (dense or MoE): ``layers - moe_layers - mlp_free_layers`` layers
+    have a dense MLP; negative when a hybrid pattern has more MLP blocks than mixers."""
 
 
 @struct.dataclass(kw_only=True)
@@ -384,6 +400,12 @@ class Efficiency:
     moe_permute_factor: float = 1.0
     """HBM traffic of MoE routing (router, permutation and un-permutation of the dispatched
     tokens) over its minimal count.  1 (by construction); calibrated."""
+    ssd_eff: float = 0.25
+    """Fraction of half-precision peak of the chunked Mamba-2 SSD scan.  Estimate: the SSD
+    kernels are batched small matmuls (chunk x state, chunk x head dim, each <= 256) plus
+    memory-bound chunk-state passes; Dao & Gu 2024 (arXiv:2405.21060, Sec. 9.3) report SSD
+    2-8x faster than Mamba-1's scan and only matching FlashAttention-2 near 2K tokens, well
+    below fused attention's efficiency; calibrated."""
 
 
 # --------------------------------------------------------------------------------------

@@ -8,6 +8,16 @@ recomputation, giving eq. (3) ``96 B s l h^2 (1 + s/(6h) + V/(16 l h))``.  We ge
 the same counting to grouped-query attention (Ainslie et al. 2023), gated MLPs (Shazeer
 2020) and mixture-of-experts layers (Fedus et al. 2021; top-k experts active per token).
 Biases and norms are counted in parameters (``2h`` per layer) but not in FLOPs, as in eq. 3.
+
+Hybrid models (Nemotron-H, NVIDIA 2025, arXiv:2504.03624) replace the self-attention of
+``mamba_layers`` of the layers by a Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs",
+arXiv:2405.21060; Megatron-Core ``MambaMixer``), and ``mlp_free_layers`` layers have no MLP;
+like MoE layers these are averaged over the depth (:func:`fractions`).  The Mamba-2 mixer
+(:func:`mamba_gemms`, :func:`mamba_params`, :func:`ssd_flops_per_token`) has ``d_inner = H P``
+(``H`` heads of dimension ``P``), ``G`` groups of state size ``N`` and, per token, an input
+projection ``h -> 2 d_inner + 2 G N + H`` (z, x, B, C, dt), a depthwise causal convolution of
+width ``K`` over the ``d_inner + 2 G N`` channels of x, B and C, the chunked SSD scan, a gated
+RMSNorm over ``d_inner`` and an output projection ``d_inner -> h``.
 """
 
 from __future__ import annotations
@@ -22,6 +32,11 @@ __all__ = [
     "is_mla",
     "attention_gemms",
     "attention_core_dims",
+    "fractions",
+    "mamba_gemms",
+    "mamba_params",
+    "ssd_flops_per_token",
+    "SSD_CHUNK",
     "layer_params",
     "total_params",
     "forward_flops_per_token",
@@ -85,24 +100,91 @@ def attention_gemms(m: Model) -> list:
     ]
 
 
+SSD_CHUNK = 128.0
+"""Chunk length ``Q`` of the SSD algorithm: Megatron-Core ``MambaMixer``'s default
+``chunk_size`` (mamba_ssm's ``Mamba2`` uses 256)."""
+
+
+def fractions(m: Model) -> dict:
+    """Depth fractions of the layer kinds: ``mamba`` (Mamba-2 mixer), ``attention`` (self-
+    attention mixer, ``1 - mamba``), ``moe`` (MoE MLP), ``free`` (no MLP) and ``dense``
+    (dense MLP, ``1 - moe - free``), and ``mlp`` (``1 - free``, MLP blocks per layer)."""
+    mamba = m.mamba_layers / m.layers  # layers >= 1 (plain division keeps Python floats)
+    moe = m.moe_layers / m.layers
+    free = m.mlp_free_layers / m.layers
+    return {
+        "mamba": mamba,
+        "attention": 1.0 - mamba,
+        "moe": moe,
+        "free": free,
+        "dense": 1.0 - moe - free,
+        "mlp": 1.0 - free,
+    }
+
+
+def mamba_dims(m: Model) -> tuple:
+    """``(d_inner, G N, H)``: inner width, total width of B (= of C), heads of the mixer."""
+    return m.mamba_heads * m.mamba_head_dim, m.mamba_groups * m.mamba_state_dim, m.mamba_heads
+
+
+def mamba_gemms(m: Model) -> list:
+    """The projection GEMMs of one Mamba-2 mixer as ``(n, k, split)`` per token (see
+    :func:`attention_gemms`): ``in_proj`` ``(2 d_inner + 2 G N + H) x h`` column parallel (z, x,
+    B, C and dt all split by tensor parallelism, the groups ``G`` too) and ``out_proj``
+    ``h x d_inner`` row parallel (Megatron-Core ``MambaMixer``)."""
+    di, gn, nh = mamba_dims(m)
+    return [(2.0 * di + 2.0 * gn + nh, m.hidden, "n"), (m.hidden, di, "k")]
+
+
+def mamba_params(m: Model):
+    """Parameters of one Mamba-2 mixer: the two projections, the convolution's weights and
+    biases ``(d_inner + 2 G N)(K + 1)``, ``A``, ``D`` and the dt bias (``3 H``) and the gated
+    RMSNorm's ``d_inner`` (Megatron-Core ``MambaMixer``; the block's pre-norm is in ``norms``)."""
+    di, gn, nh = mamba_dims(m)
+    proj = sum(n * k for n, k, _ in mamba_gemms(m))
+    return proj + (di + 2.0 * gn) * (m.mamba_conv_kernel + 1.0) + 3.0 * nh + di
+
+
+def ssd_flops_per_token(m: Model):
+    """Forward FLOPs per token of the chunked SSD scan (Dao & Gu 2024, arXiv:2405.21060, Sec. 6,
+    with chunk ``Q`` = :data:`SSD_CHUNK`): the diagonal blocks ``C B^T`` per group and chunk
+    (``2 Q G N``) and their product with x per head (``2 Q d_inner``), the chunk states ``B^T x``
+    (``2 N d_inner``) and the outputs from the states ``C h`` (``2 N d_inner``):
+    ``2 Q (G N + d_inner) + 4 N d_inner``.  The state passing between chunks (``O(N d_inner /
+    Q)``) is left out; the convolution's ``2 K (d_inner + 2 G N)`` is in the layer's ``2 x
+    parameters`` of :func:`forward_flops_per_token`."""
+    di, gn, _ = mamba_dims(m)
+    return 2.0 * SSD_CHUNK * (gn + di) + 4.0 * m.mamba_state_dim * di
+
+
 def layer_params(m: Model) -> dict:
     """Parameters of one layer by part.
 
-    ``attention``: the projections of :func:`attention_gemms` (GQA: ``h (q + 2 kv) + q h``);
-    ``mlp``: ``(2 + gated) h f`` (one dense MLP);
-    ``router``: ``h E``; ``experts``: ``E (2 + gated) h f_e`` (all routed experts);
-    ``shared``: ``n_s (2 + gated) h f_e``; ``norms``: ``2 h`` (plus MLA's latent norms).
+    ``attention``: the sequence mixer averaged over depth, the projections of
+    :func:`attention_gemms` (GQA: ``h (q + 2 kv) + q h``) on the attention layers and
+    :func:`mamba_params` (also given alone as ``mamba``) on the Mamba layers;
+    ``mlp``: ``(2 + gated) h f`` (one dense MLP) times ``1 - mlp_free_layers / (layers -
+    moe_layers)`` (1 without MLP-free layers), so that ``layers - moe_layers`` times it counts
+    the dense MLPs; ``router``: ``h E``; ``experts``: ``E (2 + gated) h f_e`` (all routed
+    experts); ``shared``: ``n_s (2 + gated) h f_e``; ``norms``: ``2 h`` (one ``h`` less on an
+    MLP-free layer; plus MLA's latent norms).
     """
     h = m.hidden
     mats = 2.0 + m.gated_mlp
+    fr = fractions(m)
     attn = sum(n * k for n, k, _ in attention_gemms(m))
+    mamba = mamba_params(m)
+    one_mlp = mats * h * m.ffn_hidden
+    non_moe = m.layers - m.moe_layers
+    non_moe = non_moe + (non_moe <= 0)  # no MLP-free layers then (checks.check_model)
     return {
-        "attention": attn,
-        "mlp": mats * h * m.ffn_hidden,
+        "attention": fr["attention"] * attn + fr["mamba"] * mamba,
+        "mlp": one_mlp - one_mlp * m.mlp_free_layers / non_moe,
         "router": h * m.moe_experts,
         "experts": m.moe_experts * mats * h * m.moe_ffn_hidden,
         "shared": m.moe_shared_experts * mats * h * m.moe_ffn_hidden,
-        "norms": 2.0 * h + is_mla(m) * (m.q_lora_rank + m.kv_lora_rank),
+        "norms": 2.0 * h + is_mla(m) * (m.q_lora_rank + m.kv_lora_rank) - fr["free"] * h,
+        "mamba": mamba,
     }
 
 
@@ -117,7 +199,7 @@ def total_params(m: Model) -> dict:
         175.2
     """
     p = layer_params(m)
-    dense_layers = m.layers - m.moe_layers
+    dense_layers = m.layers - m.moe_layers  # p["mlp"] carries the MLP-free layers
     per_layer_common = p["attention"] + p["norms"]
     expert = m.moe_layers * p["experts"]
     embedding = m.vocab * m.hidden * (2.0 - m.tied_embeddings)
@@ -140,23 +222,30 @@ def total_params(m: Model) -> dict:
 def forward_flops_per_token(m: Model) -> dict:
     """Forward FLOPs per token by part (2 FLOPs per multiply-accumulate).
 
-    ``gemm`` per layer (dense MLP layers and MoE layers averaged over the depth),
-    ``attention`` per layer (``QK^T`` and ``AV``: ``2 s (qk + v)`` per token, ``4 s q`` for
-    standard attention, full, not causal, as in Narayanan et al. eq. 3), and ``logits`` for
-    the whole model (``2 h V``).
+    ``gemm`` per layer (dense MLP, MoE and MLP-free layers, attention and Mamba mixers
+    averaged over the depth, 2 FLOPs per parameter: for a Mamba mixer its projections, its
+    convolution and, one multiply-add each, its per-channel biases, norm and A, D, dt; the
+    Mamba layers' SSD scan, matmuls on the tensor cores, is included and also given alone
+    as ``ssd``), ``attention`` per layer (``QK^T`` and ``AV``:
+    ``2 s (qk + v)`` per token, ``4 s q`` for standard attention, full, not causal, as in
+    Narayanan et al. eq. 3, on the attention layers), and ``logits`` for the whole model
+    (``2 h V``).
     """
     p = layer_params(m)
     qk, v = attention_core_dims(m)
     mats = 2.0 + m.gated_mlp
+    fr = fractions(m)
     moe_frac = m.moe_layers / m.layers
     moe_mlp = (
         p["router"] + (m.moe_top_k + m.moe_shared_experts) * mats * m.hidden * m.moe_ffn_hidden
     )
     mlp = (1.0 - moe_frac) * p["mlp"] + moe_frac * moe_mlp
+    ssd = fr["mamba"] * ssd_flops_per_token(m)
     return {
-        "gemm": 2.0 * (p["attention"] + mlp),
-        "attention": 2.0 * m.seq_len * (qk + v),
+        "gemm": 2.0 * (p["attention"] + mlp) + ssd,
+        "attention": fr["attention"] * 2.0 * m.seq_len * (qk + v),
         "logits": 2.0 * m.hidden * m.vocab,
+        "ssd": ssd,
     }
 
 
