@@ -331,6 +331,25 @@ def test_random_splits_hold_out_a_quarter_of_each_source_per_seed():
     assert all(np.array_equal(a["held"], b["held"]) for a, b in zip(rnd, again, strict=True))
     kinds = [s["kind"] for s in sp]
     assert kinds.count("source") == 4 and kinds.count("all") == 1
+    assert kinds.count("container") == 0  # no Megatron-Bridge rows, no container split
+
+
+def test_container_split_predicts_the_newer_release():
+    """Fit without the Megatron-Bridge 25.11 rows, test on them (25.09 rows are trained on)."""
+    pts = _fake_points()
+    for i, c in enumerate(["25.09"] * 6 + ["25.11"] * 5):
+        pts.append(
+            {
+                "id": f"mbridge_{c}_row{i}",
+                "source": "Bridge",
+                "excluded": None,
+                "labels": {"generation": "blackwell"},
+            }
+        )
+    (cont,) = [s for s in make_splits(pts) if s["kind"] == "container"]
+    newer = np.array([p.get("id", "").startswith("mbridge_25.11") for p in pts])
+    assert newer.sum() == 5 and not np.any(cont["train"] & newer)
+    assert np.all(cont["held"][newer]) and cont["train"][len(pts) - 11 : len(pts) - 5].all()
 
 
 def test_pooled_random_split_statistics():

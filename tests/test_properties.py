@@ -114,8 +114,10 @@ def test_memory_never_grows_with_tp(s):
     _, r1 = evaluate_doc(doc(model, tp, pp, dp, **kw))
     _, r2 = evaluate_doc(doc(model, 2 * tp, pp, dp // 2, **kw))
     assert float(r2.memory_gb["total"]) <= float(r1.memory_gb["total"]) * (1 + 1e-12)
-    for k in ("weights", "gradients", "optimizer", "activations"):
-        assert float(r2.memory_gb[k]) <= float(r1.memory_gb[k]) * (1 + 1e-12), k
+    # The report gives the most loaded stage's terms: compare term by term on the same stage.
+    if float(r1.memory_stage) == float(r2.memory_stage):
+        for k in ("weights", "gradients", "optimizer", "activations"):
+            assert float(r2.memory_gb[k]) <= float(r1.memory_gb[k]) * (1 + 1e-12), k
 
 
 @settings(max_examples=30, **SETTINGS)

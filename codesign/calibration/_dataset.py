@@ -146,7 +146,7 @@ def make_splits(
     # The honest test of a model used to predict the next software release: fit on every row
     # but the Megatron-Bridge 25.11 ones, predict those (the 25.09 runs of the same recipes
     # are in the training set).
-    newer = np.array([p["id"].startswith("mbridge_25.11") for p in points])
+    newer = np.array([p.get("id", "").startswith("mbridge_25.11") for p in points])
     if np.any(newer):
         splits.append(
             {

@@ -93,6 +93,7 @@ FRACTION_PARAMS = frozenset(
         "cp_overlap_eff",
         "p2p_overlap_eff",
         "ep_overlap_eff",
+        "grouped_gemm_eff",
         TIER_EFFICIENCY,
     }
 )

@@ -35,7 +35,7 @@ GENERATION = {
     "h100-sxm5-80gb": "h100",
     "b200": "blackwell",
     "gb200": "blackwell",
-    "gb300": "blackwell",
+    "gb300": "blackwell-ultra",
 }
 """Accelerator preset -> generation label for the accelerators that have measured rows."""
 
@@ -48,8 +48,8 @@ NEAREST_GENERATION = {
     ),
     "tpu-v5p": ("a100", "TPU: no measured rows; nearest measured generation by peak rate is A100"),
     "b300": (
-        "blackwell",
-        "Blackwell Ultra HGX: no measured rows; B200/GB200/GB300 (Blackwell) rows are nearest",
+        "blackwell-ultra",
+        "Blackwell Ultra HGX: no measured rows; the GB300 (Blackwell Ultra) rows are nearest",
     ),
     "mi355x": (
         "h100",
@@ -82,6 +82,10 @@ LABEL_FALLBACK = {
     "blackwell-fp8": ("blackwell", "h100-fp8", "h100"),
     "blackwell-fp4": ("blackwell-fp8", "blackwell"),
     "blackwell-unfused": ("h100-unfused", "blackwell"),
+    "blackwell-ultra": ("blackwell", "h100"),
+    "blackwell-ultra-fp8": ("blackwell-ultra", "blackwell-fp8", "h100-fp8"),
+    "blackwell-ultra-fp4": ("blackwell-ultra-fp8", "blackwell-fp4"),
+    "blackwell-ultra-unfused": ("blackwell-unfused", "blackwell-ultra"),
     "h100": ("a100",),
     "a100": ("h100",),
     "a100-unfused": ("h100-unfused", "a100"),
@@ -101,7 +105,7 @@ STACK_FALLBACK = {
 Megatron-LM release; NeMo is built on Megatron-Core; Composer/FSDP is the furthest from all)."""
 
 
-DEFAULT_STACK = {"a100": "megatron", "h100": "nemo", "blackwell": "bridge"}
+DEFAULT_STACK = {"a100": "megatron", "h100": "nemo", "blackwell": "bridge", "blackwell-ultra": "bridge"}
 """Stack whose calibrated values an accelerator preset's top-level keys hold (the most recent
 NVIDIA reference stack with measured rows on that generation); ``[efficiency] stack = ...``
 selects another (:data:`codesign.config.STACKS`)."""
@@ -129,16 +133,17 @@ PARAM_GROUPING = {
     "attention_eff": "generation+attention+stack",
     "hbm_eff": "generation+stack",
     "gemm_half_dim": "shared",
-    "dp_overlap_eff": "shared",
+    "dp_overlap_eff": "shared+stack",
     "tp_overlap_eff": "shared",
     "tier_efficiency": "fabric kind",
     "step_overhead_s": "shared",
     "elementwise_traffic": "shared",
     "cp_overlap_eff": "shared",
-    "p2p_overlap_eff": "shared",
+    "p2p_overlap_eff": "shared+stack",
     "backward_factor": "shared",
     "moe_imbalance": "shared",
     "moe_permute_factor": "shared",
+    "grouped_gemm_eff": "shared",
     "ep_overlap_eff": "shared",
     "recompute_factor": "shared+stack",
 }
@@ -159,7 +164,9 @@ DEFAULT_PARAMS = (
     "backward_factor",
     "moe_imbalance",
     "moe_permute_factor",
+    "grouped_gemm_eff",
     "ep_overlap_eff",
+    "p2p_overlap_eff",
     "recompute_factor",
 )
 """The calibrated parameter set (chosen by the ablation in ``experiments/results/validation.md``)."""
