@@ -11,6 +11,7 @@ def _f(x) -> float:
 
 def report_to_dict(report, cfg=None) -> dict:
     """A JSON-ready dict of a scalar :class:`~codesign.step.Report`."""
+    from codesign.pipeline import STAGES
     from codesign.step import BREAKDOWN_KEYS, MEMORY_KEYS
 
     cost = {k: _f(v) for k, v in report.cost.items()}
@@ -24,6 +25,11 @@ def report_to_dict(report, cfg=None) -> dict:
         "tokens_per_s": _f(report.tokens_per_s),
         "model_flops_per_step": _f(report.model_flops_per_step),
         "num_microbatches": int(round(_f(report.num_microbatches))),
+        "stages": {
+            "layers": {k: _f(v) for k, v in report.stage_layers.items()},
+            "time_stage": STAGES[int(round(_f(report.time_stage)))],
+            "memory_stage": STAGES[int(round(_f(report.memory_stage)))],
+        },
         "params": {k: _f(v) for k, v in report.params.items()},
         "cost": {
             k: cost[k]
@@ -77,10 +83,23 @@ def format_report(d: dict, cfg=None) -> str:
     lines.append(f"tokens/s           {d['tokens_per_s']:12.1f}")
     lines.append(f"MFU                {100 * d['mfu']:11.1f} %   (HFU {100 * d['hfu']:.1f} %)")
     lines.append(f"micro-batches      {d['num_microbatches']:12.0f}")
+    stg = d.get("stages")
+    if (
+        stg is not None
+        and stg["layers"]["first"] != stg["layers"]["last"]
+        or (stg is not None and stg["layers"]["middle"] not in (0.0, stg["layers"]["first"]))
+    ):
+        n = stg["layers"]
+        lines.append(
+            f"stage layers       first {n['first']:g}, middle {n['middle']:g}, last {n['last']:g}"
+            f"  (slowest: {stg['time_stage']})"
+        )
     lines.append("")
     mem = d["memory_gb"]
+    where = f" ({stg['memory_stage']} stage)" if stg is not None else ""
     lines.append(
         f"memory/accelerator {mem['total']:12.2f} GB  {'fits' if d['fits'] else 'DOES NOT FIT'}"
+        + where
     )
     for k in ("weights", "gradients", "optimizer", "activations", "buffers"):
         lines.append(f"  {k:<16} {mem[k]:12.2f} GB")

@@ -105,7 +105,12 @@ STACK_FALLBACK = {
 Megatron-LM release; NeMo is built on Megatron-Core; Composer/FSDP is the furthest from all)."""
 
 
-DEFAULT_STACK = {"a100": "megatron", "h100": "nemo", "blackwell": "bridge", "blackwell-ultra": "bridge"}
+DEFAULT_STACK = {
+    "a100": "megatron",
+    "h100": "nemo",
+    "blackwell": "bridge",
+    "blackwell-ultra": "bridge",
+}
 """Stack whose calibrated values an accelerator preset's top-level keys hold (the most recent
 NVIDIA reference stack with measured rows on that generation); ``[efficiency] stack = ...``
 selects another (:data:`codesign.config.STACKS`)."""
@@ -145,7 +150,7 @@ PARAM_GROUPING = {
     "moe_permute_factor": "shared",
     "grouped_gemm_eff": "shared",
     "ep_overlap_eff": "shared",
-    "recompute_factor": "shared+stack",
+    "recompute_factor": "shared",
 }
 """How each parameter is shared: one value, one per generation, per generation and GEMM
 precision (FP8 GEMMs get their own ``gemm_max``), or one per fabric kind (scale-up, scale-out);

@@ -153,7 +153,7 @@ class KorthikantiFinding:
                 f"{n}: measured {m:.2f}, model {p:.2f}" for n, m, p in self.recompute_ratios
             )
             + "; the model charges full recomputation recompute_factor forward passes (fitted "
-            "per stack: "
+            + ("per stack: " if len(self.recompute_factor) > 1 else "once for all stacks: ")
             + ", ".join(f"{k.split('/')[-1]} {v:.2f}" for k, v in self.recompute_factor.items())
             + ") with two extra TP all-reduces per layer, as Korthikanti Table 4 measures per "
             "layer." + bubble
@@ -426,9 +426,14 @@ class MosaicFinding:
             + "): "
             + ", ".join(clauses)
             + f", and the benchmarks ran only {MOSAICML_BENCHMARK_STEPS} steps.  "
-            f"Composer's full activation checkpointing is {cheaper} one forward pass: the fitted "
-            f"recompute_factor is {fmt(rc, '.2f')} (Megatron-LM 2022: "
-            f"{fmt(self.recompute_megatron, '.2f')}){cf}.  Held out as a source, Composer has no "
+            + (
+                f"Composer's full activation checkpointing is {cheaper} one forward pass: the "
+                f"fitted recompute_factor is {fmt(rc, '.2f')} (Megatron-LM 2022: "
+                f"{fmt(self.recompute_megatron, '.2f')}){cf}."
+                if rc != self.recompute_megatron
+                else f"One recompute_factor is fitted for all stacks ({fmt(rc, '.2f')}){cf}."
+            )
+            + "  Held out as a source, Composer has no "
             "rows of its own and borrows the Megatron/NeMo values, which describe faster software."
         )
 
@@ -481,7 +486,7 @@ def mosaic_finding(res: dict, fam: list[FamilyStats]) -> MosaicFinding | None:
         lower_mfu_40gb=(lower, len(both)),
         memory_limit_errors_pct=tuple(mem_err),
         memory_limit_generations=tuple(sorted(mem_gen)),
-        recompute_composer=rf.get("all/composer"),
-        recompute_megatron=rf.get("all/megatron"),
+        recompute_composer=rf.get("all/composer", rf.get("all")),
+        recompute_megatron=rf.get("all/megatron", rf.get("all")),
         counterfactual=recompute_counterfactual(res),
     )
