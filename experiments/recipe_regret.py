@@ -70,6 +70,7 @@ import codesign as cd
 from codesign.calibration._rows import (
     load_all_rows,
     measured_step_time,
+    row_to_config,
     row_to_doc,
     source_short,
 )
@@ -103,15 +104,18 @@ def _f(x) -> float:
 def recipe_config(row: dict, calibrated: bool):
     """``(RunConfig, notes)`` of the row as mapped, with the calibrated efficiency of its stack
     (or the class defaults), or ``(None, reason)``."""
+    mapped, notes = row_to_config(row)  # with the ran-means-fits recomputation, if assumed
+    if mapped is None:
+        return None, notes
     try:
-        doc, notes = row_to_doc(row)
+        doc, _ = row_to_doc(row)
         doc = copy.deepcopy(doc)
         if calibrated:
             doc["efficiency"].pop("preset", None)  # the accelerator's calibrated preset
         cfg = load_run_dict(doc)
     except (Unexpressible, SpecError) as e:
         return None, str(e)
-    return cfg, "; ".join(notes)
+    return dataclasses.replace(cfg, strategy=mapped.strategy), notes
 
 
 def recompute_name(st) -> str:
