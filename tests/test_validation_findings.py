@@ -15,7 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codesign.calibration import build_dataset, compute_findings, data_notes, findings, load_rows
+from codesign.calibration import (
+    build_dataset,
+    compute_findings,
+    data_notes,
+    findings,
+    load_all_rows,
+)
 from codesign.calibration._findings import Findings
 from codesign.calibration._report import render_markdown
 from codesign.calibration._source_findings import MEMORY_LIMIT_RUNS
@@ -34,7 +40,7 @@ RESULTS = Path(__file__).resolve().parent.parent / "experiments" / "results"
 
 @pytest.fixture(scope="module")
 def rows():
-    return load_rows()
+    return load_all_rows()
 
 
 @pytest.fixture(scope="module")
