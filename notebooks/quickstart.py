@@ -174,7 +174,7 @@ for pp, s, t, m, ok in zip(
 # %%
 GROUPS = {
     "compute": ("forward", "backward", "recompute", "optimizer", "overhead"),
-    "communication": ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm"),
+    "communication": ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm", "offload"),
     "pipeline bubble": ("pp_bubble",),
 }
 assert sorted(sum(GROUPS.values(), ())) == sorted(codesign.BREAKDOWN_KEYS)
