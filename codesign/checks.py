@@ -195,7 +195,7 @@ def check_efficiency(eff) -> None:
         positive(f"efficiency.{f}", getattr(eff, f))
     if float(eff.moe_imbalance) < 1:
         raise SpecError("efficiency.moe_imbalance", eff.moe_imbalance, "a factor >= 1")
-    for f in ("gemm_half_dim", "step_overhead_s", "memory_overhead_gb"):
+    for f in ("gemm_half_dim", "step_overhead_s", "memory_overhead_gb", "grouped_gemm_half_tokens"):
         positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
 
 

@@ -33,7 +33,8 @@ rank computes ``tokens top_k etp / tp`` expert-token slots (the ``tp`` ranks of 
 shard their tokens, the ``etp`` ranks of an expert gather theirs), i.e. ``top_k`` experts'
 FLOPs per token spread over all ranks.  The grouped GEMM of the ``E / ep`` local experts runs
 at the efficiency of its per-expert shape (few tokens per expert under-fill the machine) times
-``grouped_gemm_eff``.
+``grouped_gemm_eff * t / (t + grouped_gemm_half_tokens)`` for ``t`` tokens per expert (the
+grouped kernel's per-expert overheads).
 
 Hybrid models (:func:`codesign.workload.fractions`): on the Mamba fraction of the layers the
 Mamba-2 projections (``in_proj`` column parallel, ``out_proj`` row parallel, both split ``tp``
@@ -167,11 +168,14 @@ def layer_times(
     local_experts = jnp.maximum(safe_div(m.moe_experts, st.ep, 1.0), 1.0)
     slots = tokens * m.moe_top_k * etp / st.tp
     per_expert = safe_div(slots, local_experts)
-    routed = (
+    grouped = eff.grouped_gemm_eff * safe_div(
+        per_expert, per_expert + eff.grouped_gemm_half_tokens, 1.0
+    )
+    routed = safe_div(
         local_experts
         * (g(per_expert, (mats - 1.0) * fe_e, h) + g(per_expert, h, fe_e))
-        * eff.moe_imbalance
-        / eff.grouped_gemm_eff
+        * eff.moe_imbalance,
+        grouped,
     )
     shared = m.moe_shared_experts * (g(tokens, (mats - 1.0) * fe, h) + g(tokens, h, fe))
     router = g(tokens, jnp.maximum(m.moe_experts, 1.0), h)

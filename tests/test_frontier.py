@@ -316,3 +316,27 @@ def test_gradients_finite_in_the_new_continuous_knobs():
 
     g = jax.grad(f)(jnp.array([0.5, 0.3]))
     assert bool(jnp.all(jnp.isfinite(g))) and float(jnp.abs(g).min()) > 0
+
+
+def test_grouped_gemm_pays_for_few_tokens_per_expert():
+    """The routed experts' time grows by (t + t_half) / t for t tokens per expert: Qwen3-235B at
+    EP 64, microbatch 1 of 4096 tokens, TP 2 with SP and ETP 1: 4096 x 8 x 1/2 slots over 2
+    local experts, t = 8192."""
+    cfg = load(qwen235_doc())
+    m, tr, sy, st, eff = cfg.specs()
+    eff = dataclasses.replace(eff, grouped_gemm_half_tokens=0.0)
+    act = memory.layer_activation_bytes(m, st)
+    base = cd.compute.layer_times(m, st, sy, eff, "bf16", act, EXACT)
+    slow = cd.compute.layer_times(
+        m, st, sy, dataclasses.replace(eff, grouped_gemm_half_tokens=2048.0), "bf16", act, EXACT
+    )
+    t = 4096 * 8 * 1 / 2 / 2
+    assert t == 8192
+    # The extra time is the routed experts' (not the router or shared experts') x 2048 / t.
+    extra = float(slow["gemm"] - base["gemm"])
+    routed = extra / (2048.0 / t)
+    assert routed > 0 and extra < float(base["gemm"])
+    slower = cd.compute.layer_times(
+        m, st, sy, dataclasses.replace(eff, grouped_gemm_half_tokens=4096.0), "bf16", act, EXACT
+    )
+    assert close(float(slower["gemm"] - base["gemm"]), routed * 4096.0 / t, rel=1e-9)

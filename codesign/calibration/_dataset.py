@@ -134,7 +134,7 @@ def make_splits(
             }
         )
     for s in SOURCES:
-        if np.any(src == s):
+        if np.any(src == s) and np.any(fittable & (src != s)):  # something left to fit on
             splits.append(
                 {
                     "name": f"hold out {s}",

@@ -109,10 +109,17 @@ POSITIVE_PARAMS = frozenset(
         "backward_factor",
         "moe_imbalance",
         "moe_permute_factor",
+        "grouped_gemm_half_tokens",
         "recompute_factor",
     }
 )
 """Positive parameters: ``exp`` reparametrization."""
+
+AT_LEAST_ONE_PARAMS = frozenset({"moe_imbalance"})
+"""Positive parameters that cannot be below 1 (the busiest expert rank is never faster than the balanced
+time): ``1 + softplus`` reparametrization."""
+
+_EXCESS_START = 0.05  # a start of exactly 1 would sit where softplus has no gradient
 
 DEFAULT_TIER_EFFICIENCY_INIT = 0.9
 """Start value of ``tier_efficiency`` when ``init`` does not give one."""
@@ -136,6 +143,9 @@ def to_unconstrained(name: str, value: float) -> float:
     if name in FRACTION_PARAMS:
         v = min(max(v, _EPS_FRACTION), 1.0 - _EPS_FRACTION)
         return math.log(v / (1.0 - v))
+    if name in AT_LEAST_ONE_PARAMS:
+        excess = max(v - 1.0, _EXCESS_START)
+        return math.log(math.expm1(excess))  # inverse softplus
     if name in POSITIVE_PARAMS:
         return math.log(max(v, _EPS_POSITIVE))
     raise ValueError(f"unknown calibration parameter {name!r}")
@@ -145,6 +155,8 @@ def from_unconstrained(name: str, u):
     """Constrained value of parameter ``name`` from its unconstrained ``u`` (array-friendly)."""
     if name in FRACTION_PARAMS:
         return jax.nn.sigmoid(u)
+    if name in AT_LEAST_ONE_PARAMS:
+        return 1.0 + jax.nn.softplus(u)
     if name in POSITIVE_PARAMS:
         return jnp.exp(u)
     raise ValueError(f"unknown calibration parameter {name!r}")

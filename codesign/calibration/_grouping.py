@@ -149,6 +149,7 @@ PARAM_GROUPING = {
     "moe_imbalance": "shared",
     "moe_permute_factor": "shared",
     "grouped_gemm_eff": "shared",
+    "grouped_gemm_half_tokens": "shared",
     "ep_overlap_eff": "shared",
     "recompute_factor": "shared",
 }
@@ -170,13 +171,14 @@ DEFAULT_PARAMS = (
     "moe_imbalance",
     "moe_permute_factor",
     "grouped_gemm_eff",
+    "grouped_gemm_half_tokens",
     "ep_overlap_eff",
     "p2p_overlap_eff",
     "recompute_factor",
 )
 """The calibrated parameter set (chosen by the ablation in ``experiments/results/validation.md``)."""
 
-CALIBRATION_START = {"step_overhead_s": 0.05}
+CALIBRATION_START = {"step_overhead_s": 0.05, "grouped_gemm_half_tokens": 256.0}
 """Start values that differ from ``codesign.Efficiency()`` (a start of exactly 0 for a
 log-parametrized positive would never move)."""
 
