@@ -512,7 +512,9 @@ def _apply_calibrated(
     """Apply the ``calibrated_*`` entries of an efficiency preset that depend on the run.
 
     * ``calibrated_gemm_max_fp8``: ``gemm_max`` of FP8 GEMMs (relative to the FP8 peak), used
-      when ``training.precision = "fp8"`` and ``[efficiency]`` does not set ``gemm_max``;
+      when ``training.precision`` is an FP8 (or, without ``calibrated_gemm_max_fp4``, FP4)
+      recipe and ``[efficiency]`` does not set ``gemm_max``; ``calibrated_gemm_max_mxfp8``
+      replaces it for ``mxfp8`` where the fit has MXFP8 rows of its own;
     * ``calibrated_attention_eff_unfused``: ``attention_eff`` when the strategy turns fused
       (flash) attention off and ``[efficiency]`` does not set ``attention_eff``;
     * ``calibrated_tier_efficiency = {fabric preset = fraction}``: the efficiency of every tier
@@ -523,6 +525,8 @@ def _apply_calibrated(
     family = precision_family(training.precision)
     fp8 = eff_base.get("calibrated_gemm_max_fp8")
     low = eff_base.get("calibrated_gemm_max_fp4", fp8) if family == "fp4" else fp8
+    if training.precision == "mxfp8":
+        low = eff_base.get("calibrated_gemm_max_mxfp8", fp8)
     if low is not None and family != "half" and "gemm_max" not in eff_sec:
         eff_base["gemm_max"] = _number(f"efficiency.calibrated_gemm_max_{family}", low)
     unfused = eff_base.get("calibrated_attention_eff_unfused")

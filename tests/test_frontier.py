@@ -340,3 +340,18 @@ def test_grouped_gemm_pays_for_few_tokens_per_expert():
         m, st, sy, dataclasses.replace(eff, grouped_gemm_half_tokens=4096.0), "bf16", act, EXACT
     )
     assert close(float(slower["gemm"] - base["gemm"]), routed * 4096.0 / t, rel=1e-9)
+
+
+def test_mxfp8_runs_use_their_own_calibrated_gemm_efficiency():
+    """Where the fit has MXFP8 rows of its own (Blackwell), an mxfp8 run takes
+    calibrated_gemm_max_mxfp8 and an fp8-current run calibrated_gemm_max_fp8."""
+    table = cd.config.catalog()["efficiency"]["gb200"]
+    assert "calibrated_gemm_max_mxfp8" in table
+    got = {}
+    for p in ("mxfp8", "fp8-current"):
+        doc = small_doc()
+        doc["system"] = {"accelerator": "gb200", "num_accelerators": 64}
+        doc["training"]["precision"] = p
+        got[p] = float(load(doc).efficiency.gemm_max)
+    assert got["mxfp8"] == table["calibrated_gemm_max_mxfp8"]
+    assert got["fp8-current"] == table["calibrated_gemm_max_fp8"]

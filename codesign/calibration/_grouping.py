@@ -13,6 +13,16 @@ from codesign.specs import precision_family
 
 _PRECISION_LABEL = {"half": "", "fp8": "-fp8", "fp4": "-fp4"}
 
+
+def precision_label(precision: str) -> str:
+    """GEMM-precision label suffix: ``""`` (16-bit), ``"-fp8"`` (per-tensor FP8 scaling),
+    ``"-mxfp8"`` (block-scaled MXFP8: its GEMMs and casts differ from per-tensor FP8's) or
+    ``"-fp4"``."""
+    if precision == "mxfp8":
+        return "-mxfp8"
+    return _PRECISION_LABEL[precision_family(precision)]
+
+
 __all__ = [
     "CALIBRATION_START",
     "DEFAULT_PARAMS",
@@ -78,6 +88,9 @@ NEAREST_GENERATION = {
 LABEL_FALLBACK = {
     "h100-fp8": ("h100", "a100"),
     "h100-fp4": ("h100-fp8", "h100"),
+    "h100-mxfp8": ("h100-fp8", "h100"),
+    "blackwell-mxfp8": ("blackwell-fp8", "h100-fp8"),
+    "blackwell-ultra-mxfp8": ("blackwell-mxfp8", "blackwell-ultra-fp8", "blackwell-fp8"),
     "blackwell": ("h100", "a100"),
     "blackwell-fp8": ("blackwell", "h100-fp8", "h100"),
     "blackwell-fp4": ("blackwell-fp8", "blackwell"),
@@ -200,7 +213,7 @@ def config_labels(cfg) -> dict:
     stack = cfg.names.get("stack") or "any"
     labels = {
         "generation": gen,
-        "generation+precision": gen + _PRECISION_LABEL[precision_family(cfg.training.precision)],
+        "generation+precision": gen + precision_label(cfg.training.precision),
         "generation+attention": gen + ("" if float(cfg.strategy.flash_attention) else "-unfused"),
         "shared": "all",
         "fabric kind": tuple(fabrics.get(t, {}).get("kind", t) for t in tiers),

@@ -117,6 +117,9 @@ def preset_tables(res: dict) -> dict:
                 v = pick("gemm_max", f"{gen}-fp8{suffix}")
                 if v is not None:
                     out["calibrated_gemm_max_fp8"] = v
+                mx = pick("gemm_max", f"{gen}-mxfp8{suffix}")
+                if mx is not None and mx != v:
+                    out["calibrated_gemm_max_mxfp8"] = mx
             if "attention_eff" in vals and res["grouping"].get("attention_eff", "").startswith(
                 "generation+attention"
             ):
@@ -202,7 +205,8 @@ def efficiency_toml(res: dict) -> str:
         '# [efficiency] (keys given in a run\'s [efficiency] table override it; preset = "uncalibrated"',
         "# selects the codesign.Efficiency() class defaults).  Keys are Efficiency fields plus provenance",
         "# (name, source, note, rows, split, date, calibrated_*).  calibrated_gemm_max_fp8 replaces",
-        "# gemm_max for FP8 runs, calibrated_attention_eff_unfused replaces attention_eff when flash",
+        "# gemm_max for FP8 runs (calibrated_gemm_max_mxfp8 for MXFP8 runs where it differs),",
+        "# calibrated_attention_eff_unfused replaces attention_eff when flash",
         "# attention is off, calibrated_tier_efficiency sets the efficiency of tiers built from those",
         "# fabric presets.  The top-level values are those of the table's default_stack (the software",
         "# stack they were measured with); [<preset>.stacks.<stack>] holds what differs for another stack",
