@@ -53,6 +53,7 @@ _EXPORTS = {
     "system_preset": "codesign.config",
     "format_report": "codesign.report",
     "report_to_dict": "codesign.report",
+    "run_toml": "codesign.runfile",
 }
 _SUBMODULES = {
     "calibration",
@@ -64,6 +65,7 @@ _SUBMODULES = {
     "pipeline",
     "report",
     "rules",
+    "runfile",
     "search",
     "smoothing",
     "specs",
@@ -91,6 +93,7 @@ if TYPE_CHECKING:
     from codesign import config, rules, smoothing
     from codesign.config import RunConfig, efficiency_preset, load_run, load_run_dict, system_preset
     from codesign.report import format_report, report_to_dict
+    from codesign.runfile import run_toml
     from codesign.smoothing import EXACT, Smoothing
     from codesign.specs import (
         Accelerator,
@@ -131,6 +134,7 @@ __all__ = [
     "make_strategy",
     "report_to_dict",
     "rules",
+    "run_toml",
     "smoothing",
     "system_preset",
 ]

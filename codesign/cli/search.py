@@ -193,6 +193,25 @@ def _print_result(
     print("\n".join(lines))
 
 
+def _write_run(args, pb: Problem, cfg, lines: list[str]) -> None:
+    """``--write-run OUT.toml``: the chosen design as a run file (``codesign evaluate OUT.toml``
+    reproduces its report exactly)."""
+    path = getattr(args, "write_run", None)
+    if path is None or cfg is None:
+        return
+    if getattr(args, "distributed", False):
+        import jax
+
+        if jax.process_index() != 0:
+            return
+    from pathlib import Path
+
+    from codesign.runfile import run_toml
+
+    Path(path).write_text(run_toml(cfg, title=f"{pb.title or pb.name}: chosen design"))
+    lines.append(f"run file           {path}  (codesign evaluate {path} reproduces this report)")
+
+
 def _show_progress(args) -> bool:
     if args.no_progress or args.json:
         return False
@@ -250,6 +269,7 @@ def _cmd_optimize(args) -> int:
         "includes compilation unless cached)",
     ]
     why = "" if res.config is not None else _why_infeasible(pb, None, pb.grid_size())
+    _write_run(args, pb, res.config, lines)
     _print_result(
         args, pb, "optimize", res.config, res.report, res.exact_objective, extra, lines, why
     )
@@ -305,12 +325,19 @@ def _cmd_sweep(args) -> int:
             pb, top_k=1, progress=False, distributed=args.distributed, diagnose=True
         )
         why = _why_infeasible(pb, diag.counts, diag.num_points)
+    _write_run(args, pb, cfg, lines)
     _print_result(args, pb, "sweep", cfg, report, best, extra, lines, why)
     return 0 if cfg is not None else 1
 
 
 def _common_args(p) -> None:
     p.add_argument("problem", help="problem TOML file (see experiments/problems/)")
+    p.add_argument(
+        "--write-run",
+        metavar="OUT.toml",
+        default=None,
+        help="write the chosen design as a run file that `codesign evaluate` reproduces",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
