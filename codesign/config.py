@@ -360,7 +360,7 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
     }
 
 
-_STRATEGY_FLAGS = (
+STRATEGY_FLAGS = (  # [strategy] keys that are true/false
     "sequence_parallel",
     "overlap_dp",
     "overlap_tp",
@@ -370,7 +370,7 @@ _STRATEGY_FLAGS = (
     "overlap_moe_comm",
     "moe_hierarchical_dispatch",
 )
-_STRATEGY_NUMBERS = (
+STRATEGY_NUMBERS = (  # [strategy] keys that are numbers
     "tp",
     "pp",
     "dp",
@@ -399,10 +399,10 @@ def _parse_strategy(sec: dict, model: Model | None = None) -> Strategy:
         if k not in sec:
             raise SpecError(f"strategy.{k}", None, "required")
     kw = dict(sec)
-    for k in _STRATEGY_NUMBERS:
+    for k in STRATEGY_NUMBERS:
         if k in kw:
             kw[k] = _number(f"strategy.{k}", kw[k])
-    for k in _STRATEGY_FLAGS:
+    for k in STRATEGY_FLAGS:
         if k in kw and not isinstance(kw[k], bool):
             raise SpecError(f"strategy.{k}", kw[k], "true or false")
     if "recompute_num_layers" in kw:

@@ -28,6 +28,7 @@ import math
 
 import numpy as np
 
+from codesign.config import STRATEGY_FLAGS, STRATEGY_NUMBERS
 from codesign.specs import (
     PARALLEL_DIMS,
     RECOMPUTE_MODES,
@@ -42,32 +43,6 @@ from codesign.specs import (
 )
 
 __all__ = ["run_toml", "strategy_table"]
-
-_STRATEGY_FLAGS = (
-    "sequence_parallel",
-    "overlap_dp",
-    "overlap_tp",
-    "flash_attention",
-    "pp_embedding_in_split",
-    "pp_loss_in_split",
-    "overlap_moe_comm",
-    "moe_hierarchical_dispatch",
-)
-_STRATEGY_NUMBERS = (
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "etp",
-    "microbatch",
-    "interleave",
-    "pp_first_layers",
-    "pp_last_layers",
-    "recompute_fraction",
-    "offload_activations",
-    "offload_optimizer",
-)
 
 
 def _value(v) -> str:
@@ -98,8 +73,8 @@ def strategy_table(strategy) -> dict:
     """The ``[strategy]`` table of a concrete strategy in its readable form (recompute and ZeRO
     by name, placement as an order, flags as booleans, recomputed modules as a list)."""
     st = strategy
-    out = {k: float(np.asarray(getattr(st, k))) for k in _STRATEGY_NUMBERS}
-    for k in _STRATEGY_FLAGS:
+    out = {k: float(np.asarray(getattr(st, k))) for k in STRATEGY_NUMBERS}
+    for k in STRATEGY_FLAGS:
         out[k] = bool(float(np.asarray(getattr(st, k))) > 0.5)
     out["recompute"] = RECOMPUTE_MODES[int(np.argmax(np.asarray(st.recompute)))]
     out["zero"] = ZERO_STAGES[int(np.argmax(np.asarray(st.zero)))]
