@@ -47,7 +47,7 @@ Usage::
 
     python experiments/recipe_regret.py                 # all rows, writes experiments/results/recipe_regret.{md,json}
     python experiments/recipe_regret.py --rows 3        # first 3 rows (quick check)
-    python experiments/recipe_regret.py --out /tmp/rr   # another output folder
+    python experiments/recipe_regret.py --out my-results   # another output folder
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from codesign.calibration._rows import (
     row_to_doc,
     source_short,
 )
-from codesign.config import catalog, load_run_dict
+from codesign.config import load_run_dict
 from codesign.specs import SpecError
 
 MODEL_KEYS = {
@@ -37,13 +37,6 @@ PRECISIONS = {"bf16", "fp16", "fp8", "fp8-delayed", "fp8-current", "mxfp8", "fp4
 MODULES = {"core_attn", "layernorm", "mlp", "moe_act", "moe", "mla_up_proj"}
 
 ROWS = load_rows(BRIDGE_DATA_PATH)
-HAVE_GB300 = "gb300" in catalog()["accelerators"]
-
-
-def _doc(row):
-    if row["hardware"]["gpu"].startswith("GB300") and not HAVE_GB300:
-        pytest.skip("gb300 accelerator preset not in the catalog yet")
-    return row_to_doc(row)
 
 
 def test_data_copy_is_the_shared_file():
@@ -56,7 +49,7 @@ def test_data_copy_is_the_shared_file():
 def test_row_maps_to_document_keys(row):
     assert source_short(row) == "Bridge"
     assert bridge_key(row) in BRIDGE_RECIPES
-    doc, notes = _doc(row)
+    doc, notes = row_to_doc(row)
     assert set(doc["model"]) <= MODEL_KEYS
     assert set(doc["training"]) <= TRAINING_KEYS
     assert set(doc["strategy"]) <= STRATEGY_KEYS
@@ -88,17 +81,19 @@ def test_every_recipe_fact_has_a_source():
 
 def test_specific_recipe_settings():
     by_id = {r["id"]: r for r in ROWS}
-    doc, _ = _doc(by_id["mbridge_25.09_DGX-H100_DeepSeekV3__dropless__1024gpu_FP8unspecified"])
+    doc, _ = row_to_doc(
+        by_id["mbridge_25.09_DGX-H100_DeepSeekV3__dropless__1024gpu_FP8unspecified"]
+    )
     s = doc["strategy"]
     assert (s["pp_first_layers"], s["pp_last_layers"]) == (7, 6)
     assert s["moe_hierarchical_dispatch"] and s["overlap_moe_comm"]
     assert s["recompute"] == "selective" and s["recompute_modules"] == ["mla_up_proj", "mlp"]
     assert doc["model"]["moe_layers"] == 58 and doc["model"]["kv_lora_rank"] == 512
-    doc, _ = _doc(by_id["mbridge_25.09_DGX-GB200_LLAMA3.1_405B_128gpu_FP8unspecified"])
+    doc, _ = row_to_doc(by_id["mbridge_25.09_DGX-GB200_LLAMA3.1_405B_128gpu_FP8unspecified"])
     assert doc["strategy"]["zero"] == 3
     assert doc["strategy"]["offload_activations"] == pytest.approx(95 / 126, abs=1e-3)
     assert doc["training"]["precision"] == "fp8-current"
-    doc, _ = _doc(by_id["mbridge_25.09_DGX-GB200_LLAMA3.1_405B_128gpu_FP8unspecified_alt"])
+    doc, _ = row_to_doc(by_id["mbridge_25.09_DGX-GB200_LLAMA3.1_405B_128gpu_FP8unspecified_alt"])
     assert doc["training"]["precision"] == "mxfp8"
     assert doc["strategy"]["pp_embedding_in_split"] and doc["strategy"]["pp_loss_in_split"]
     assert deepseek_stage_layers(4, 4)[:2] == (16, 13)
@@ -120,7 +115,7 @@ INCONSISTENT = {
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
 def test_row_loads(row):
-    doc, _ = _doc(row)
+    doc, _ = row_to_doc(row)
     if row["id"] in INCONSISTENT:
         with pytest.raises(SpecError, match="ep\\*etp"):
             load_run_dict(doc)
