@@ -74,7 +74,6 @@ __all__ = [
     "activation_bytes_per_token_layer",
     "layer_activation_bytes",
     "stage_memory_bytes",
-    "memory_bytes",
     "MEMORY_TERMS",
 ]
 
@@ -207,13 +206,16 @@ def stage_memory_bytes(
     layers=None,
     logits=1.0,
     precision: str = "bf16",
+    act: dict | None = None,
 ) -> dict:
     """Bytes per accelerator by term on one pipeline stage.
 
     ``params_local`` holds the ``dense`` and ``expert`` parameters this stage's rank stores
     before ZeRO sharding (see :func:`codesign.step.stage_params`) and ``per_layer`` those of
     one layer; ``stage`` is its 0-based index, ``layers`` its layer count (default ``L/p``)
-    and ``logits`` 1 when it holds the output layer's fp32 logits buffer.
+    and ``logits`` 1 when it holds the output layer's fp32 logits buffer (the defaults
+    describe the first stage of an even split with the buffer counted: the classic
+    single-stage view).  ``act`` is :func:`layer_activation_bytes` when the caller has it.
     """
     st = strategy
     frac = zero_fractions(st.zero)  # ZeRO stage weights -> sharded fraction of each state
@@ -223,7 +225,8 @@ def stage_memory_bytes(
     grads = grad_bytes * sharded(pd, pe, frac["gradients"], st)
     optimizer = 12.0 * sharded(pd, pe, frac["optimizer"], st) * (1.0 - st.offload_optimizer)
 
-    act = layer_activation_bytes(model, st, precision)
+    if act is None:
+        act = layer_activation_bytes(model, st, precision)
     per_layer = stored_per_layer(act, st)
     n = model.layers / st.pp if layers is None else layers
     chunks = pipeline.in_flight_chunks(stage, st.pp, st.interleave, num_microbatches, sm)
@@ -246,18 +249,3 @@ def stage_memory_bytes(
         "buffers": buffers,
         "total": total,
     }
-
-
-def memory_bytes(
-    model: Model,
-    strategy: Strategy,
-    eff: Efficiency,
-    params_local: dict,
-    num_microbatches,
-    sm: Smoothing,
-    grad_bytes=4.0,
-) -> dict:
-    """Bytes per accelerator by term of the first stage (``L / p`` layers, the logits buffer
-    counted): the classic single-stage view, kept for hand checks.  The step model compares
-    the stages with :func:`stage_memory_bytes`."""
-    return stage_memory_bytes(model, strategy, eff, params_local, num_microbatches, sm, grad_bytes)

@@ -350,7 +350,7 @@ def evaluate_unchecked(
     # ---- memory: each stage, the largest reported ----------------------------------------
     mems = [
         memory.stage_memory_bytes(
-            m, st, eff, sp, n_mb, sm, training.grad_reduce_bytes, idx, n, out, precision
+            m, st, eff, sp, n_mb, sm, training.grad_reduce_bytes, idx, n, out, precision, act
         )
         for (idx, n, _, _, out), sp in zip(stages, sparams, strict=True)
     ]

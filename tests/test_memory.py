@@ -128,7 +128,9 @@ def test_model_states_zero(zero, dp, cp, ep):
     m = gpt()
     st = make_strategy(tp=2, pp=4, dp=dp, cp=cp, ep=ep, zero=zero)
     pd, pe = 3.0e9, 5.0e9
-    out = memory.memory_bytes(m, st, cd.Efficiency(), {"dense": pd, "expert": pe}, 16.0, EXACT)
+    out = memory.stage_memory_bytes(
+        m, st, cd.Efficiency(), {"dense": pd, "expert": pe}, 16.0, EXACT
+    )
     g, ge = dp * cp, dp * cp / ep
 
     def states(frac_sharded):
@@ -168,7 +170,7 @@ def test_pipeline_activations_and_buffers(pp, v, n_mb, recompute):
         flash_attention=False,
     )
     eff = cd.Efficiency()
-    out = memory.memory_bytes(m, st, eff, {"dense": 1e9, "expert": 0.0}, float(n_mb), EXACT)
+    out = memory.stage_memory_bytes(m, st, eff, {"dense": 1e9, "expert": 0.0}, float(n_mb), EXACT)
     none = s * b * h / t * (34 + 5 * a * s / h)
     per_layer = {"none": none, "selective": 34 * s * b * h / t, "full": 2 * s * b * h / t}[
         recompute
@@ -189,7 +191,7 @@ def test_zero3_prefetch_buffer():
     st = make_strategy(tp=2, pp=4, dp=8, zero=3, sequence_parallel=False)
     eff = cd.Efficiency(memory_overhead_gb=0.0)
     pd = 3.0e9
-    out = memory.memory_bytes(m, st, eff, {"dense": pd, "expert": 0.0}, 16.0, EXACT)
+    out = memory.stage_memory_bytes(m, st, eff, {"dense": pd, "expert": 0.0}, 16.0, EXACT)
     tokens = 2048.0
     # Two layers' gathered 16-bit weights (the stage holds 12 layers) + fp32 logits.
     assert close(out["buffers"], 2 * 2 * pd / 12 + 4 * tokens * 51200 / 2)

@@ -15,7 +15,7 @@ the page only degree-independent settings are taken from it.
 
 from __future__ import annotations
 
-from codesign.calibration._unexpressible import Unexpressible, bridge_precision
+from codesign.calibration._unexpressible import Unexpressible, bridge_precision, run_document
 from codesign.config import data_dir
 
 __all__ = [
@@ -581,18 +581,13 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
     out = "ib-xdr-800" if per_gpu >= 800 else "ib-ndr-400"
     if "assumed" in str(inter.get("fabric", "")).lower():
         notes.append(f"scale-out {out} (assumed by the source)")
-    doc = {
-        "model": model,
-        "training": training,
-        "system": {
-            "accelerator": accel_name,
-            "num_accelerators": n,
-            "tiers": [
-                {"preset": accel["scale_up"], "domain": up},
-                {"preset": out, "domain": max(n, int(hw.get("nvlink_domain", 8)))},
-            ],
-        },
-        "strategy": strategy,
-        "efficiency": {"preset": "uncalibrated", "stack": stack},
+    system = {
+        "accelerator": accel_name,
+        "num_accelerators": n,
+        "tiers": [
+            {"preset": accel["scale_up"], "domain": up},
+            {"preset": out, "domain": max(n, nvl)},
+        ],
     }
+    doc = run_document(model, training, system, strategy, stack)
     return doc, notes

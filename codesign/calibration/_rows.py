@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 
 from codesign.calibration._bridge import BRIDGE_DATA_PATH, bridge_row_to_doc
-from codesign.calibration._unexpressible import Unexpressible, bridge_precision
+from codesign.calibration._unexpressible import Unexpressible, bridge_precision, run_document
 from codesign.config import catalog, data_dir, load_run_dict
 from codesign.specs import SpecError
 
@@ -467,26 +467,18 @@ def row_to_doc(
         if mosaic and str(par.get("fsdp", "")).startswith("PURE"):
             training["grad_reduce_bytes"] = 2.0
 
-    doc = {
-        "model": model,
-        "training": training,
-        "system": {
-            "accelerator": accel_name,
-            "num_accelerators": n,
-            "tiers": [
-                {
-                    "preset": accel["scale_up"],
-                    "domain": int(hw.get("nvlink_domain", hw.get("gpus_per_node", 8))),
-                },
-                _scale_out_tier(row, accel_name, accel, n, notes),
-            ],
-        },
-        "strategy": strategy,
-        # The uncalibrated codesign.Efficiency() defaults: the calibrated presets are applied
-        # (or not) by the caller, so the mapping itself never depends on a fit.  The stack
-        # names the software the run used (a label for stack-grouped calibration).
-        "efficiency": {"preset": "uncalibrated", "stack": STACK_OF_SOURCE[source_short(row)]},
+    system = {
+        "accelerator": accel_name,
+        "num_accelerators": n,
+        "tiers": [
+            {
+                "preset": accel["scale_up"],
+                "domain": int(hw.get("nvlink_domain", hw.get("gpus_per_node", 8))),
+            },
+            _scale_out_tier(row, accel_name, accel, n, notes),
+        ],
     }
+    doc = run_document(model, training, system, strategy, STACK_OF_SOURCE[source_short(row)])
     return doc, notes
 
 

@@ -1,8 +1,8 @@
-"""Rows the model cannot express, and the precision of a Megatron-Bridge row (shared by the row mappings)."""
+"""What the row mappings share: rows the model cannot express, the run document, a Bridge row's precision."""
 
 from __future__ import annotations
 
-__all__ = ["Unexpressible", "bridge_precision"]
+__all__ = ["Unexpressible", "bridge_precision", "run_document"]
 
 
 class Unexpressible(ValueError):
@@ -35,3 +35,17 @@ def bridge_precision(row: dict, variant: str, gpu: str, notes: list) -> str:
         )
         return "mxfp8"
     raise ValueError(f"parallel.precision = {p!r} not understood")
+
+
+def run_document(model: dict, training: dict, system: dict, strategy: dict, stack: str) -> dict:
+    """The run document of a mapped row, with the uncalibrated ``codesign.Efficiency()``
+    defaults: the calibrated presets are applied (or not) by the caller, so the mapping itself
+    never depends on a fit.  ``stack`` names the software the run used (a label for
+    stack-grouped calibration)."""
+    return {
+        "model": model,
+        "training": training,
+        "system": system,
+        "strategy": strategy,
+        "efficiency": {"preset": "uncalibrated", "stack": stack},
+    }
