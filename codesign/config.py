@@ -17,14 +17,20 @@ accelerator (``codesign/hardware/efficiency.toml``), see :func:`efficiency_prese
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import tomllib
 import warnings
-from importlib import resources
 from pathlib import Path
-from typing import Any
 
+from codesign._catalog import (
+    _fill,
+    _number,
+    _preset,
+    catalog,
+    catalog_dir,
+    data_dir,
+)
+from codesign.pricing import pricing_preset
 from codesign.rules import check_strategy
 from codesign.specs import (
     DEFAULT_PLACEMENT,
@@ -64,7 +70,9 @@ __all__ = [
     "PlausibilityWarning",
 ]
 
-_META_KEYS = {"name", "source", "note", "notes", "kind"}
+
+class PlausibilityWarning(UserWarning):
+    """A legal value outside its plausible range (see :data:`codesign.specs.PLAUSIBLE`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,81 +91,19 @@ class RunConfig:
         return self.model, self.training, self.system, self.strategy, self.efficiency
 
 
-def catalog_dir() -> Path:
-    """Directory holding ``models.toml``, ``accelerators.toml``, ``fabrics.toml`` and
-    ``efficiency.toml`` (package data, or ``$CODESIGN_CATALOG``)."""
-    env = os.environ.get("CODESIGN_CATALOG")
-    return Path(env) if env else Path(str(resources.files("codesign") / "hardware"))
+_ACCEL_REFS = ("hbm_gb", "hbm_tbps", "peak_tflops", "host_link_gbps")
+_TIER_REFS = ("domain", "latency_us", "oversubscription")
 
 
-def data_dir() -> Path:
-    """Directory of the package's data files (``measured_runs.json``, ``hardware_specs.json``)."""
-    return Path(str(resources.files("codesign") / "data"))
-
-
-@functools.cache
-def _load_catalog(path: str) -> dict:
-    out = {}
-    for kind in ("models", "accelerators", "fabrics", "efficiency"):
-        f = Path(path) / f"{kind}.toml"
-        out[kind] = tomllib.loads(f.read_text()) if f.exists() else {}
+def _with_refs(table: dict, listed: dict, keys) -> dict:
+    """``table`` with ``ref_<k>`` set to the listed (preset) value of each priced knob
+    (unless given), so that a knob moved away from the listed part is priced at the margin
+    (:mod:`codesign.pricing`)."""
+    out = dict(table)
+    for k in keys:
+        if f"ref_{k}" not in out and isinstance(listed.get(k), int | float):
+            out[f"ref_{k}"] = float(listed[k])
     return out
-
-
-def catalog() -> dict:
-    """The preset catalog: ``{"models": {...}, "accelerators": {...}, "fabrics": {...}}``."""
-    return _load_catalog(str(catalog_dir()))
-
-
-def _preset(kind: str, name: Any, field: str) -> dict:
-    table = catalog()[kind]
-    if not isinstance(name, str) or name not in table:
-        raise SpecError(field, name, f"one of the {kind} presets: {', '.join(sorted(table))}")
-    return dict(table[name])
-
-
-_FLAGS = {"gated_mlp", "tied_embeddings", "dropout"}
-"""Numeric fields that are on/off switches: TOML booleans are accepted for them."""
-
-
-class PlausibilityWarning(UserWarning):
-    """A legal value outside its plausible range (see :data:`codesign.specs.PLAUSIBLE`)."""
-
-
-def _number(field: str, value: Any) -> float:
-    if isinstance(value, bool):
-        if field.rsplit(".", 1)[-1] in _FLAGS:
-            return float(value)
-        raise SpecError(field, value, "a number (not true/false)")
-    if isinstance(value, int | float):
-        return float(value)
-    raise SpecError(field, value, "a number")
-
-
-def _fill(
-    cls, table: dict, section: str, skip: set = frozenset(), extra: dict | None = None
-) -> Any:
-    """Build dataclass ``cls`` from ``table``, checking keys and number types."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in table.items():
-        if key in _META_KEYS or key in skip:
-            continue
-        if key not in fields:
-            allowed = sorted(set(fields) - set(skip))
-            raise SpecError(f"{section}.{key}", value, f"a known key: {', '.join(allowed)}")
-        kwargs[key] = _number(f"{section}.{key}", value)
-    missing = [
-        f.name
-        for f in fields.values()
-        if f.name not in kwargs
-        and f.name not in skip
-        and f.default is dataclasses.MISSING
-        and f.default_factory is dataclasses.MISSING
-    ]
-    if missing:
-        raise SpecError(f"{section}.{missing[0]}", None, "required (set it or choose a preset)")
-    return cls(**kwargs, **(extra or {}))
 
 
 def model_preset(name: str, **overrides) -> Model:
@@ -173,14 +119,18 @@ def model_preset(name: str, **overrides) -> Model:
 def accelerator_preset(name: str, **overrides) -> Accelerator:
     """An :class:`Accelerator` from the catalog, with overrides."""
     t = _preset("accelerators", name, "system.accelerator")
+    listed = dict(t)
     t.update(overrides)
+    t = _with_refs(t, listed, _ACCEL_REFS)
     return _fill(Accelerator, t, "system", skip={"scale_up", "scale_up_domain", "scale_out"})
 
 
 def tier_preset(name: str, num_accelerators: float | None = None, **overrides) -> Tier:
     """A :class:`Tier` from the fabric catalog; ``domain = 0`` means the whole cluster."""
     t = _preset("fabrics", name, "system.tiers.preset")
+    listed = dict(t)
     t.update(overrides)
+    t = _with_refs(t, listed, _TIER_REFS)
     tier = _fill(Tier, t, "system.tiers")
     if tier.domain == 0 and num_accelerators is not None:
         tier = dataclasses.replace(tier, domain=float(num_accelerators))
@@ -204,6 +154,7 @@ def system_preset(
         tier_preset(a["scale_up"], domain=a["scale_up_domain"]),
         tier_preset(scale_out or a["scale_out"], num_accelerators, domain=float(num_accelerators)),
     )
+    overrides.setdefault("pricing", pricing_preset())
     return System(
         accelerator=accelerator_preset(accelerator),
         tiers=tiers,
@@ -310,7 +261,9 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
         _preset("accelerators", accel_name, "system.accelerator") if accel_name is not None else {}
     )
     preset_meta = {k: base.get(k) for k in ("scale_up", "scale_up_domain", "scale_out")}
+    listed = dict(base)
     base.update(accel_over)
+    base = _with_refs(base, listed, _ACCEL_REFS)
     accel = _fill(Accelerator, base, "system", skip={"scale_up", "scale_up_domain", "scale_out"})
     if "num_accelerators" not in sec:
         raise SpecError("system.num_accelerators", None, "required: how many accelerators")
@@ -334,7 +287,9 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
         if not isinstance(label, str):
             raise SpecError(f"system.tiers[{i}].name", label, "a string")
         tb = _preset("fabrics", pname, f"system.tiers[{i}].preset") if pname is not None else {}
+        listed = dict(tb)
         tb.update(td)
+        tb = _with_refs(tb, listed, _TIER_REFS)
         tier = _fill(Tier, tb, f"system.tiers[{i}]")
         if tier.domain == 0:
             tier = dataclasses.replace(tier, domain=n)
@@ -342,12 +297,19 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
         tier_names.append(label)
         tier_presets.append(pname)
         tier_eff_set.append("efficiency" in tb)
+    pricing_doc = sec.pop("pricing", {}) or {}
+    if not isinstance(pricing_doc, dict):
+        raise SpecError("system.pricing", pricing_doc, "a table of marginal prices")
     system = _fill(
         System,
         {**sec, "num_accelerators": n},
         "system",
-        skip={"accelerator", "tiers"},
-        extra={"accelerator": accel, "tiers": tuple(tiers)},
+        skip={"accelerator", "tiers", "pricing"},
+        extra={
+            "accelerator": accel,
+            "tiers": tuple(tiers),
+            "pricing": pricing_preset(**pricing_doc),
+        },
     )
     check_system(system)
     for msg in plausibility_warnings(system):

@@ -16,6 +16,7 @@ field, the value and what is allowed, before any tracing.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import jax.numpy as jnp
@@ -31,6 +32,7 @@ from codesign.checks import (
     plausibility_warnings,
     positive,
 )
+from codesign.pricing import Pricing
 
 __all__ = [
     "SpecError",
@@ -192,6 +194,16 @@ class Accelerator:
     host_link_gbps: float = 0.0
     """Bandwidth to host memory, GB/s per accelerator per direction (PCIe Gen5 x16: 64; the
     NVLink-C2C of a Grace superchip: more); 0 (the default): not given, no offloading."""
+    ref_hbm_gb: float = 0.0
+    """The listed HBM capacity at which ``price_usd`` and ``power_w`` hold (catalog presets
+    set every ``ref_*``); a design that moves ``hbm_gb`` pays the marginal price of
+    :mod:`codesign.pricing`.  0: as listed (no adjustment)."""
+    ref_hbm_tbps: float = 0.0
+    """The listed HBM bandwidth (see ``ref_hbm_gb``)."""
+    ref_peak_tflops: float = 0.0
+    """The listed dense BF16 peak (see ``ref_hbm_gb``)."""
+    ref_host_link_gbps: float = 0.0
+    """The listed host-link bandwidth (see ``ref_hbm_gb``)."""
 
 
 @struct.dataclass(kw_only=True)
@@ -215,6 +227,14 @@ class Tier:
     """Network power per accelerator for this tier (NIC, optics, switch share), W."""
     efficiency: float = 1.0
     """Fraction of ``bandwidth_gbps`` that collectives achieve on this tier (calibrated)."""
+    ref_domain: float = 0.0
+    """The listed domain at which ``price_per_gbps_usd`` holds (fabric presets set every
+    ``ref_*``); a scale-up tier built larger pays the domain premium of
+    :mod:`codesign.pricing`.  0: as listed (no adjustment)."""
+    ref_latency_us: float = 0.0
+    """The listed latency (see ``ref_domain``)."""
+    ref_oversubscription: float = 0.0
+    """The listed oversubscription (see ``ref_domain``)."""
 
 
 @struct.dataclass(kw_only=True)
@@ -241,6 +261,9 @@ class System:
     amortization_years: float = 4.0
     """Straight-line amortization period of the capex, years.  Estimate (accelerators are
     commonly written off over 4-6 years)."""
+    pricing: Pricing = dataclasses.field(default_factory=Pricing)
+    """Marginal prices of the hardware knobs (:mod:`codesign.pricing`; loaded configurations
+    get the catalog fit of ``codesign/hardware/pricing.toml``)."""
 
 
 @struct.dataclass(kw_only=True)
