@@ -24,9 +24,10 @@ arXiv:1910.02054): stage 1 the optimizer state, 2 also the gradients, 3 also the
 (:func:`zero_fractions`); expert parameters shard over the expert-data-parallel group
 ``dp cp / ep`` (:func:`data_parallel_groups`).
 
-A valid configuration is *feasible* when it also fits in memory and stays within the capex
-and power caps (:func:`feasible`, :func:`infeasibility`): an infeasible configuration is a
-result, not an error.
+A valid configuration is *feasible* when it also fits in memory and stays within every cap
+of :data:`CONSTRAINTS` (capex, power, network capex, deadline, accelerator count, minimum
+MFU; :func:`feasible`, :func:`infeasibility`): an infeasible configuration is a result, not
+an error.
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ __all__ = [
     "with_derived_dp",
     "valid_mask",
     "feasible",
+    "CONSTRAINTS",
+    "caps_of",
+    "constrained_quantities",
+    "within_caps",
+    "log_excess",
     "infeasibility",
     "zero_fractions",
     "expert_tp",
@@ -394,28 +400,66 @@ class _Host:
 # --------------------------------------------------------------------------------------
 
 
-def feasible(report, capex_max_usd, power_max_kw):
-    """A valid configuration is feasible when it fits in memory and stays within the capex
-    budget and the power cap (``inf`` for no cap)."""
-    return (
-        report.fits
-        & (report.cost["capex_usd"] <= capex_max_usd)
-        & (report.cost["power_kw"] <= power_max_kw)
+CONSTRAINTS = (
+    "capex_max_usd",
+    "power_max_kw",
+    "network_capex_max_usd",
+    "time_to_train_max_days",
+    "num_accelerators_max",
+    "mfu_min",
+)
+"""The constraints a design may be held to, in the order of the ``caps`` vectors below
+(memory fit is always required).  ``mfu_min`` is a lower bound; it is held as the cap
+``1 / mfu_min`` on ``1 / MFU`` so that every constraint reads ``quantity <= cap``."""
+
+
+def constrained_quantities(report, system: System):
+    """The quantities of :data:`CONSTRAINTS` (``1 / MFU`` for ``mfu_min``), stacked."""
+    c = report.cost
+    return jnp.stack(
+        [
+            jnp.asarray(c["capex_usd"], dtype=float),
+            jnp.asarray(c["power_kw"], dtype=float),
+            jnp.asarray(c["network_capex_usd"], dtype=float),
+            jnp.asarray(c["time_to_train_days"], dtype=float),
+            jnp.asarray(system.num_accelerators, dtype=float),
+            1.0 / jnp.maximum(jnp.asarray(report.mfu, dtype=float), 1e-30),
+        ]
     )
 
 
-def infeasibility(report, system: System, capex_max_usd, power_max_kw):
+def caps_of(constraints: dict) -> list[float]:
+    """The caps vector of a ``{constraint name: value}`` dict (``inf``: no constraint)."""
+    out = []
+    for k in CONSTRAINTS:
+        v = float(constraints.get(k, math.inf if k != "mfu_min" else 0.0))
+        out.append((1.0 / v if v > 0 else math.inf) if k == "mfu_min" else v)
+    return out
+
+
+def within_caps(report, system: System, caps):
+    """``(len(CONSTRAINTS),)`` booleans: each quantity within its cap."""
+    return constrained_quantities(report, system) <= caps
+
+
+def feasible(report, system: System, caps):
+    """A valid configuration is feasible when it fits in memory and every quantity of
+    :data:`CONSTRAINTS` is within its cap (``caps`` from :func:`caps_of`; ``inf``: none)."""
+    return report.fits & jnp.all(within_caps(report, system, caps))
+
+
+def log_excess(x, cap):
+    """``max(log(x / cap), 0)`` where ``cap`` is finite, else 0 (NaN-free)."""
+    ok = jnp.isfinite(cap)
+    return jnp.where(ok, jnp.maximum(jnp.log(x) - jnp.log(jnp.where(ok, cap, 1.0)), 0.0), 0.0)
+
+
+def infeasibility(report, system: System, caps):
     """How far a configuration is from feasibility: the sum of the log-ratio excesses of
-    memory over HBM, capex over its budget and power over its cap (0 when feasible), so a
+    memory over HBM and of every constrained quantity over its cap (0 when feasible), so a
     search can walk from an infeasible point into the feasible set."""
     excess = jnp.maximum(jnp.log(report.memory_gb["total"] / system.accelerator.hbm_gb), 0.0)
-    for x, cap in (
-        (report.cost["capex_usd"], capex_max_usd),
-        (report.cost["power_kw"], power_max_kw),
-    ):
-        ok = jnp.isfinite(cap)
-        excess = excess + jnp.where(ok, jnp.maximum(jnp.log(x / jnp.where(ok, cap, 1.0)), 0.0), 0.0)
-    return excess
+    return excess + jnp.sum(log_excess(constrained_quantities(report, system), caps))
 
 
 def check_all(

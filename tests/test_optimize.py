@@ -131,7 +131,7 @@ def test_layouts_are_the_valid_points(problem, exhaustive):
         np.stack([disc.compose(i, (0, 0), ()) for i in range(len(disc.layouts))])
     ).all()
     # Rounding a relaxed point near tp=3, pp=1, mb=4 gives the nearest valid layouts first.
-    z = {"tp": np.log2(3.0), "pp": 0.0, "cp": 0.0, "mb": 2.0, "bw": np.array([450.0, 50.0])}
+    z = {"tp": np.log2(3.0), "pp": 0.0, "cp": 0.0, "mb": 2.0, "hw": np.zeros(0)}
     cands = disc.round(z, [(0, 0)], k=2, k_all=0)
     pts = [ev.point(c) for c in cands]
     assert {p["strategy.tp"] for p in pts} == {2.0, 4.0}

@@ -142,7 +142,7 @@ def test_fixed_variables_keep_their_values():
     assert not (space.free_recompute or space.free_zero or space.free_microbatch)
     for seed in range(5):
         p = relax.init_params(jax.random.key(seed), space, scale=3.0)
-        assert set(p) == {"bw"}
+        assert set(p) == {"hw"}
         st = relax.to_specs(p, space, box, base)["strategy"]
         assert (float(st.tp), float(st.pp), float(st.dp), float(st.microbatch)) == pytest.approx(
             (4.0, 2.0, 8.0, 2.0)

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from codesign.cli._args import positive_int
 
 if TYPE_CHECKING:
@@ -44,15 +46,13 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> str:
 
 
 def _describe_problem(pb: Problem) -> list[str]:
-    cons = []
-    if math.isfinite(pb.capex_max_usd):
-        cons.append(f"capex <= {pb.capex_max_usd / 1e6:g} M$")
-    if math.isfinite(pb.power_max_kw):
-        cons.append(f"power <= {pb.power_max_kw:g} kW")
+    cons = _constraint_texts(pb)
     cons.append("memory fit")
     axes = pb.exhaustive_axes()
     free = [
-        k.split(".")[-1] if not k.startswith("system.tiers") else f"bw[{k[13 : k.index(']')]}]"
+        k.split(".")[-1]
+        if not k.startswith("system.tiers")
+        else f"{k.rsplit('.', 1)[1].replace('_gbps', '').replace('bandwidth', 'bw')}[{k[13 : k.index(']')]}]"
         for k, v in axes.items()
         if len(v) > 1
     ]
@@ -61,6 +61,24 @@ def _describe_problem(pb: Problem) -> list[str]:
         f"mode      {pb.mode}; minimize {pb.objective}; subject to {', '.join(cons)}",
         f"grid      {pb.grid_size():,} points over {', '.join(free) or 'nothing'}",
     ]
+
+
+_CONSTRAINT_TEXT = {
+    "capex_max_usd": lambda v: f"capex <= {v / 1e6:g} M$",
+    "power_max_kw": lambda v: f"power <= {v:g} kW",
+    "network_capex_max_usd": lambda v: f"network capex <= {v / 1e6:g} M$",
+    "time_to_train_max_days": lambda v: f"time to train <= {v:g} days",
+    "num_accelerators_max": lambda v: f"accelerators <= {v:g}",
+    "mfu_min": lambda v: f"MFU >= {v:g}",
+}
+
+
+def _constraint_texts(pb: Problem) -> list[str]:
+    out = []
+    for k, v in pb.constraints.items():
+        if (k == "mfu_min" and v > 0) or (k != "mfu_min" and math.isfinite(v)):
+            out.append(_CONSTRAINT_TEXT[k](v))
+    return out
 
 
 def _describe_design(cfg: RunConfig) -> list[str]:
@@ -75,8 +93,21 @@ def _describe_design(cfg: RunConfig) -> list[str]:
     )
 
     rec = RECOMPUTE_MODES[int(st.recompute.argmax())]
+    a = sy.accelerator
+    lat = ", ".join(
+        f"{float(t.latency_us):g} us"
+        + (f" 1:{float(t.oversubscription):g}" if float(t.oversubscription) != 1 else "")
+        for t in sy.tiers
+    )
+    from codesign.specs import PARALLEL_DIMS
+
+    order = [
+        PARALLEL_DIMS[i] for i in np.argsort(np.asarray(st.placement, dtype=float), kind="stable")
+    ]
     return [
-        f"system    {int(sy.num_accelerators)} x {cfg.names['accelerator']}; tiers: {tiers}",
+        f"system    {int(sy.num_accelerators)} x {cfg.names['accelerator']} ({float(a.peak_tflops):g} TFLOP/s, "
+        f"{float(a.hbm_gb):g} GB at {float(a.hbm_tbps):g} TB/s); tiers: {tiers}; latency {lat}",
+        f"placement {' < '.join(order)} (innermost first)",
         f"strategy  tp={st.tp:g} pp={st.pp:g} dp={st.dp:g} cp={st.cp:g} ep={st.ep:g} microbatch={st.microbatch:g} "
         f"interleave={st.interleave:g} recompute={rec} zero={int(st.zero.argmax())}",
     ]
@@ -87,6 +118,7 @@ _UNITS = {
     "time_to_train": "days",
     "cost_to_train": "USD",
     "usd_per_token": "USD/token",
+    "energy_to_train": "MWh",
 }
 
 
@@ -104,11 +136,16 @@ def _design_dict(cfg: RunConfig) -> dict:
     return {
         "num_accelerators": int(n),
         "accelerator": cfg.names["accelerator"],
+        "hbm_gb": float(sy.accelerator.hbm_gb),
+        "hbm_tbps": float(sy.accelerator.hbm_tbps),
+        "peak_tflops": float(sy.accelerator.peak_tflops),
         "tiers": [
             {
                 "name": name,
                 "bandwidth_gbps": float(t.bandwidth_gbps),
                 "domain": int(min(float(t.domain), n)),
+                "latency_us": float(t.latency_us),
+                "oversubscription": float(t.oversubscription),
             }
             for name, t in zip(cfg.names["tiers"], sy.tiers, strict=True)
         ],
@@ -128,7 +165,7 @@ def _why_infeasible(pb: Problem, counts: dict | None, points: int) -> str:
     if counts is None:
         return (
             "no feasible design found by the optimizer; `codesign sweep` counts which rule excludes "
-            "the grid (validity, memory, capex, power)"
+            "the grid (validity, memory and each constraint)"
         )
     if counts["valid"] == 0:
         return (
@@ -136,10 +173,18 @@ def _why_infeasible(pb: Problem, counts: dict | None, points: int) -> str:
             "divisibility rule of codesign.rules: tp*pp*dp*cp = N, heads, layers, batch, experts)"
         )
     parts = [f"{counts['fits']:,} fit in memory"]
-    if math.isfinite(pb.capex_max_usd):
-        parts.append(f"{counts['within_capex']:,} are within the capex budget")
-    if math.isfinite(pb.power_max_kw):
-        parts.append(f"{counts['within_power']:,} within the power cap")
+    checks = {
+        "capex_max_usd": ("within_capex", "are within the capex budget"),
+        "power_max_kw": ("within_power", "within the power cap"),
+        "network_capex_max_usd": ("within_network_capex", "within the network budget"),
+        "time_to_train_max_days": ("within_deadline", "meet the deadline"),
+        "num_accelerators_max": ("within_count", "within the accelerator cap"),
+        "mfu_min": ("above_mfu", "reach the minimum MFU"),
+    }
+    for k, v in pb.constraints.items():
+        if (k == "mfu_min" and v > 0) or (k != "mfu_min" and math.isfinite(v)):
+            c, text = checks[k]
+            parts.append(f"{counts[c]:,} {text}")
     return (
         f"no feasible design: of the {counts['valid']:,} valid layouts (of {points:,} grid points), "
         + ", ".join(parts)

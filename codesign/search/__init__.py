@@ -19,18 +19,21 @@ from codesign.search._grid import OBJECTIVES, axis_table, config_at, get_leaf, s
 from codesign.search._local import local_search, polish_bandwidths
 from codesign.search._optimize import OptimizeResult, exact_objective, optimize
 from codesign.search._problem import (
+    ACCELERATOR_KNOBS,
     DEGREE_AXES,
     MODES,
     RELAX_OBJECTIVES,
     STRATEGY_AXES,
+    TIER_KNOBS,
     Problem,
     default_values,
-    load_problem,
-    load_problem_dict,
 )
+from codesign.search._problem_file import load_problem, load_problem_dict
 from codesign.search._sweep import SweepResult, sweep
 
 __all__ = [
+    "ACCELERATOR_KNOBS",
+    "TIER_KNOBS",
     "DEGREE_AXES",
     "MODES",
     "OBJECTIVES",

@@ -105,8 +105,7 @@ def _compiled_segment(settings: Settings, length: int, space: relax.Space):
                 p, tau_sched(t), rho_sched(t), space, box, base
             )
             upd, st = opt.update(g, st, p)
-            z = {k: v for k, v in aux["z"].items() if k != "bw"}
-            out = (val, aux["objective"], jnp.max(aux["violations"]), z, aux["z"]["bw"])
+            out = (val, aux["objective"], jnp.max(aux["violations"]), aux["z"])
             return (optax.apply_updates(p, upd), st), out
 
         (p, st), hist = jax.lax.scan(body, (p, st), t0 + jnp.arange(length))
@@ -170,7 +169,6 @@ def relaxed_search(
     viol = np.concatenate([h[2] for h in hists], axis=1)
     last = hists[-1]
     z = {name: np.asarray(v)[:, -1] for name, v in last[3].items()}
-    z["bw"] = np.asarray(last[4])[:, -1, :]
     params = jax.device_get(p)
     weights = []
     for i in range(k):
@@ -180,6 +178,9 @@ def relaxed_search(
                 w[name] = np.asarray(relax.masked_softmax(jnp.asarray(params[name][i]), mask[i]))
             else:
                 w[name] = np.asarray(mask[i]) / max(float(np.sum(mask[i])), 1.0)
+        for name in ("platform", "placement"):
+            if f"w_{name}" in z:
+                w[name] = np.asarray(z[f"w_{name}"][i])
         weights.append(w)
     return {
         "params": params,

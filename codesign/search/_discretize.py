@@ -22,10 +22,11 @@ import numpy as np
 
 from codesign.search._evaluator import ExactEvaluator
 from codesign.search._problem import Problem
+from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES
 
 __all__ = ["Discretizer", "bracket"]
 
-_CATEGORICAL = ("strategy.recompute", "strategy.zero")
+_CATEGORICAL = ("strategy.recompute", "strategy.zero", "system.platform", "strategy.placement")
 _ZKEY = {
     "system.num_accelerators": "n",
     "strategy.tp": "tp",
@@ -34,6 +35,7 @@ _ZKEY = {
     "strategy.ep": "ep",
     "strategy.microbatch": "mb",
     "strategy.interleave": "v",
+    "system.tiers[0].domain": "dom",
 }
 
 
@@ -61,10 +63,11 @@ class Discretizer:
         paths = ev.paths
         self.layout_axes = [a for a, p in enumerate(paths) if p in _ZKEY]
         self.cat_axes = [a for a, p in enumerate(paths) if p in _CATEGORICAL]
-        self.bw_axes = [a for a, p in enumerate(paths) if p.startswith("system.tiers[")]
-        self.bw_tier = [
-            int(paths[a][len("system.tiers[") : paths[a].index("]")]) for a in self.bw_axes
-        ]
+        cont = list(problem.continuous_paths)
+        self.bw_axes = [a for a, p in enumerate(paths) if p in cont]
+        """The continuous hardware axes (bandwidths, latencies, HBM...): always valid."""
+        self.bw_tier = [cont.index(paths[a]) for a in self.bw_axes]
+        """Position of each continuous axis in the relaxed ``z["hw"]`` vector."""
         shape = [ev.shape[a] for a in self.layout_axes]
         grid = np.indices(shape).reshape(len(shape), -1).T if shape else np.zeros((1, 0), np.int64)
         full = np.zeros((grid.shape[0], len(paths)), np.int64)
@@ -120,14 +123,28 @@ class Discretizer:
     def relaxed_coord(self, z: dict) -> np.ndarray:
         return np.asarray([float(z[_ZKEY[self.ev.paths[a]]]) for a in self.layout_axes])
 
-    def cat_index(self, combo: tuple) -> tuple:
-        """Index tuple over the categorical axes of a (recompute, zero) combination."""
+    def cat_index(self, combo: tuple | None, weights: dict) -> tuple:
+        """Index tuple over the categorical axes: recompute and ZeRO from a start's fixed
+        (recompute, zero) ``combo`` (else its heaviest allowed option), the platform and
+        the placement from its heaviest weight."""
         out = []
         for a in self.cat_axes:
             name = self.ev.paths[a]
-            out.append(
-                self.ev.values[a].index(combo[0] if name == "strategy.recompute" else combo[1])
-            )
+            vals = self.ev.values[a]
+            if name in ("strategy.recompute", "strategy.zero"):
+                j = 0 if name == "strategy.recompute" else 1
+                if combo:
+                    out.append(vals.index(combo[j]))
+                    continue
+                opts = RECOMPUTE_MODES if j == 0 else ZERO_STAGES
+                w = weights["recompute" if j == 0 else "zero"]
+                out.append(int(np.argmax([w[opts.index(v)] for v in vals])))
+            else:
+                out.append(
+                    int(
+                        np.argmax(weights["platform" if name == "system.platform" else "placement"])
+                    )
+                )
         return tuple(out)
 
     def round(
@@ -140,7 +157,7 @@ class Discretizer:
         bws = list(
             itertools.product(
                 *[
-                    bracket(self.ev.values[a], float(np.asarray(z["bw"])[t]), radius)
+                    bracket(self.ev.values[a], float(np.asarray(z["hw"])[t]), radius)
                     for a, t in zip(self.bw_axes, self.bw_tier, strict=True)
                 ]
             )

@@ -139,8 +139,7 @@ def distributed_sweep(
     axes = problem.exhaustive_axes()
     kw = dict(
         objective=problem.objective,
-        capex_max_usd=problem.capex_max_usd,
-        power_max_kw=problem.power_max_kw,
+        constraints=problem.constraints,
         top_k=top_k,
         block_size=block_size,
         diagnose=diagnose,

@@ -19,8 +19,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from codesign.rules import feasible, infeasibility, valid_mask, with_derived_dp
-from codesign.search._grid import OBJECTIVES, axis_table, get_leaf, set_leaf, specs_of
+from codesign.rules import caps_of, infeasibility, valid_mask, with_derived_dp, within_caps
+from codesign.search._grid import (
+    OBJECTIVES,
+    PLATFORM,
+    axis_table,
+    get_leaf,
+    set_leaf,
+    specs_of,
+    take,
+)
 from codesign.search._problem import DEGREE_AXES, Problem
 from codesign.smoothing import EXACT
 from codesign.step import evaluate_unchecked
@@ -28,18 +36,29 @@ from codesign.step import evaluate_unchecked
 __all__ = ["CHECKS", "exact_point", "ExactEvaluator", "base_specs"]
 
 
-CHECKS = ("valid", "feasible", "fits", "within_capex", "within_power")
-"""What :func:`exact_point` reports of each point, in this order (the last three among valid
-points): what the sweep counts, so an empty result can say which rule excluded the grid."""
+CHECKS = (
+    "valid",
+    "feasible",
+    "fits",
+    "within_capex",
+    "within_power",
+    "within_network_capex",
+    "within_deadline",
+    "within_count",
+    "above_mfu",
+)
+"""What :func:`exact_point` reports of each point, in this order (after ``feasible``, among
+valid points; one per constraint of :data:`codesign.rules.CONSTRAINTS`): what the sweep
+counts, so an empty result can say which rule excluded the grid."""
 
 
-def exact_point(specs: dict, bounds, objective: str):
+def exact_point(specs: dict, caps, objective: str):
     """``(value, checks, excess)`` of one configuration (traced).
 
     ``value`` is the objective where the point is valid and feasible, else ``inf``;
     ``checks`` the tuple of booleans of :data:`CHECKS`; ``excess`` is 0 when feasible, the log-ratio
     distance to feasibility (at least 1e-12) when valid but infeasible, and ``inf`` when
-    invalid.  ``bounds = (capex_max_usd, power_max_kw)``.
+    invalid.  ``caps`` is the vector of :func:`codesign.rules.caps_of`.
     """
     r = evaluate_unchecked(
         specs["model"],
@@ -50,17 +69,12 @@ def exact_point(specs: dict, bounds, objective: str):
         EXACT,
     )
     valid = valid_mask(specs)
-    feas = valid & feasible(r, bounds[0], bounds[1])
+    within = within_caps(r, specs["system"], caps)
+    feas = valid & r.fits & jnp.all(within)
     value = jnp.where(feas, OBJECTIVES[objective](r), jnp.inf)
-    ex = infeasibility(r, specs["system"], bounds[0], bounds[1])
+    ex = infeasibility(r, specs["system"], caps)
     excess = jnp.where(valid, jnp.where(feas, 0.0, jnp.maximum(ex, 1e-12)), jnp.inf)
-    checks = (
-        valid,
-        feas,
-        valid & r.fits,
-        valid & (r.cost["capex_usd"] <= bounds[0]),
-        valid & (r.cost["power_kw"] <= bounds[1]),
-    )
+    checks = (valid, feas, valid & r.fits, *(valid & within[i] for i in range(within.shape[0])))
     return value, checks, excess
 
 
@@ -69,14 +83,33 @@ def base_specs(cfg) -> dict:
     return jax.tree_util.tree_map(jnp.asarray, specs_of(cfg))
 
 
-def _leaf_paths(num_tiers: int) -> tuple[str, ...]:
+def _leaf_paths(problem: Problem) -> tuple[str, ...]:
+    """The leaves every evaluator call sets (the axes of any problem of this structure), so
+    that one compiled program serves every grid: the platform first (it sets tier 0 and the
+    accelerator), then the leaves under it."""
+    axes = problem.exhaustive_axes()
+    plat = (PLATFORM,) if PLATFORM in axes else ()
     return (
+        *plat,
         "system.num_accelerators",
         *(f"strategy.{k}" for k in DEGREE_AXES),
         "strategy.recompute",
         "strategy.zero",
-        *(f"system.tiers[{i}].bandwidth_gbps" for i in range(num_tiers)),
+        *(p for p in axes if p not in _BASE_PATHS and p != PLATFORM),
+        *(
+            f"system.tiers[{i}].bandwidth_gbps"
+            for i in range(problem.num_tiers)
+            if not plat or i > 0 or f"system.tiers[{i}].bandwidth_gbps" in axes
+        ),
     )
+
+
+_BASE_PATHS = {
+    "system.num_accelerators",
+    *(f"strategy.{k}" for k in DEGREE_AXES),
+    "strategy.recompute",
+    "strategy.zero",
+}
 
 
 @functools.cache
@@ -84,8 +117,10 @@ def _compiled_points(objective: str):
     def run(base, cols, bounds):
         def point(vals):
             specs = base
-            for path, v in vals.items():
-                specs = set_leaf(specs, path, v)
+            # A traced dict comes back with sorted keys: the platform (which sets the
+            # accelerator and tier 0) must go first, the leaves under it after.
+            for path in sorted(vals, key=lambda p: p != PLATFORM):
+                specs = set_leaf(specs, path, vals[path])
             value, checks, excess = exact_point(with_derived_dp(specs), bounds, objective)
             return value, checks[0], excess
 
@@ -110,16 +145,15 @@ class ExactEvaluator:
         self.axes = problem.exhaustive_axes()
         self.paths = list(self.axes)
         self.values = [list(v) for v in self.axes.values()]
-        self.tables = [np.asarray(axis_table(p, v)) for p, v in self.axes.items()]
+        self.tables = [axis_table(p, v) for p, v in self.axes.items()]
         self.shape = tuple(len(v) for v in self.values)
         self.base = base_specs(problem.cfg)
-        self.bounds = jnp.asarray(
-            [problem.capex_max_usd, problem.power_max_kw], dtype=jnp.result_type(float)
-        )
+        self.bounds = jnp.asarray(caps_of(problem.constraints), dtype=jnp.result_type(float))
         self.reset()
         specs = specs_of(problem.cfg)
         self._defaults = {
-            p: np.asarray(get_leaf(specs, p), dtype=float) for p in _leaf_paths(problem.num_tiers)
+            p: jax.tree_util.tree_map(lambda x: np.asarray(x, dtype=float), get_leaf(specs, p))
+            for p in _leaf_paths(problem)
         }
 
     def reset(self) -> None:
@@ -132,9 +166,12 @@ class ExactEvaluator:
     def columns(self, idx: np.ndarray) -> dict:
         """Leaf values (``{path: (B, ...)}``) of index rows ``idx`` (B, num_axes)."""
         b = idx.shape[0]
-        cols = {p: np.broadcast_to(v, (b, *v.shape)).copy() for p, v in self._defaults.items()}
+        cols = {
+            p: jax.tree_util.tree_map(lambda x: np.broadcast_to(x, (b, *x.shape)).copy(), v)
+            for p, v in self._defaults.items()
+        }
         for a, p in enumerate(self.paths):
-            cols[p] = self.tables[a][idx[:, a]]
+            cols[p] = take(self.tables[a], idx[:, a])
         return cols
 
     def is_valid(self, idx: np.ndarray) -> np.ndarray:
@@ -166,7 +203,7 @@ class ExactEvaluator:
         fn = _compiled_points(self.problem.objective)
         outs = []
         for i in range(0, m, self.CHUNK):
-            cols = {p: jnp.asarray(v) for p, v in self.columns(pad[i : i + self.CHUNK]).items()}
+            cols = jax.tree_util.tree_map(jnp.asarray, self.columns(pad[i : i + self.CHUNK]))
             outs.append(fn(self.base, cols, self.bounds))
         outs = jax.device_get(outs)
         return tuple(np.concatenate([np.asarray(o[k]) for o in outs])[:n] for k in range(3))

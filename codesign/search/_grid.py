@@ -26,13 +26,25 @@ from codesign.config import RunConfig
 from codesign.rules import with_derived_dp
 from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES, SpecError, placement_ranks
 
-__all__ = ["OBJECTIVES", "get_leaf", "set_leaf", "axis_table", "specs_of", "config_at"]
+__all__ = [
+    "OBJECTIVES",
+    "PLATFORM",
+    "get_leaf",
+    "set_leaf",
+    "axis_table",
+    "take",
+    "specs_of",
+    "config_at",
+    "Platform",
+    "platform_of",
+]
 
 OBJECTIVES = {
     "step_time": lambda r: r.step_time_s,
     "time_to_train": lambda r: r.cost["time_to_train_days"],
     "cost_to_train": lambda r: r.cost["cost_to_train_usd"],
     "usd_per_token": lambda r: r.cost["usd_per_step"] / (r.tokens_per_s * r.step_time_s),
+    "energy_to_train": lambda r: r.cost["energy_to_train_mwh"],
     "neg_mfu": lambda r: -r.mfu,
 }
 """Objectives (minimized) as functions of a :class:`~codesign.step.Report`."""
@@ -54,8 +66,20 @@ def _split(path: str) -> list:
     return parts
 
 
+PLATFORM = "system.platform"
+"""The pseudo-path of a platform choice: it sets ``system.accelerator``, the scale-up tier
+``system.tiers[0]`` and ``efficiency`` together (values: catalog accelerator names)."""
+
+
 def get_leaf(specs: dict, path: str) -> Any:
     """Read a leaf of ``{"model":…, "training":…, "system":…, "strategy":…}`` by dotted path."""
+    if path == PLATFORM:
+        sy = specs["system"]
+        return {
+            "accelerator": sy.accelerator,
+            "scale_up": sy.tiers[0],
+            "efficiency": specs["efficiency"],
+        }
     obj: Any = specs
     for p in _split(path):
         obj = obj[p] if isinstance(p, int) or isinstance(obj, dict) else getattr(obj, p)
@@ -77,6 +101,13 @@ def _set(obj, parts, value):
 
 def set_leaf(specs: dict, path: str, value) -> dict:
     """Return ``specs`` with the leaf at ``path`` replaced (pure; works on traced values)."""
+    if path == PLATFORM:
+        if value is None:
+            return specs
+        sy = specs["system"]
+        tiers = (value["scale_up"], *sy.tiers[1:])
+        sy = dataclasses.replace(sy, accelerator=value["accelerator"], tiers=tiers)
+        return {**specs, "system": sy, "efficiency": value["efficiency"]}
     try:
         get_leaf(specs, path)
     except (AttributeError, KeyError, IndexError, TypeError):
@@ -84,6 +115,46 @@ def set_leaf(specs: dict, path: str, value) -> dict:
             "sweep axis", path, "a leaf path of model/training/system/strategy/efficiency"
         ) from None
     return _set(specs, _split(path), value)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Platform:
+    """One value of a ``system.platform`` axis: an accelerator with its own scale-up tier and
+    efficiency, as a run file on it would load them (``table``: the numbers it sets)."""
+
+    name: str
+    scale_up: str
+    table: dict = dataclasses.field(repr=False)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __eq__(self, other) -> bool:
+        return str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+def platform_of(cfg: RunConfig, name: str) -> Platform:
+    """The platform of a loaded run (its accelerator, tier 0 and efficiency)."""
+    table = {
+        "accelerator": cfg.system.accelerator,
+        "scale_up": cfg.system.tiers[0],
+        "efficiency": cfg.efficiency,
+    }
+    return Platform(name=name, scale_up=str(cfg.names["tiers"][0]), table=table)
+
+
+def _stack(trees: list):
+    return jax.tree_util.tree_map(
+        lambda *xs: np.stack([np.asarray(x, dtype=float) for x in xs]), *trees
+    )
+
+
+def take(table, i):
+    """Row(s) ``i`` of an axis table (an array, or a stacked pytree for ``system.platform``)."""
+    return jax.tree_util.tree_map(lambda t: t[i], table)
 
 
 def axis_table(path: str, values) -> np.ndarray:
@@ -103,6 +174,11 @@ def axis_table(path: str, values) -> np.ndarray:
         return np.eye(4)[[ZERO_STAGES.index(v) for v in values]]
     if path == "strategy.placement":
         return np.stack([placement_ranks(v) for v in values])
+    if path == PLATFORM:
+        bad = [v for v in values if not isinstance(v, Platform)]
+        if bad:
+            raise SpecError(path, bad[0], "Platform values (see codesign.search.load_problem)")
+        return _stack([v.table for v in values])
     try:
         arr = np.asarray([float(v) for v in values])
     except (TypeError, ValueError):
@@ -125,12 +201,17 @@ def config_at(cfg: RunConfig, point: dict, derive_dp: bool = True) -> RunConfig:
     """The run configuration ``cfg`` with the axis values of ``point`` (``{path: value}``)
     applied and, unless ``strategy.dp`` is an axis, ``dp`` derived as ``N / (tp pp cp)``."""
     specs = specs_of(cfg)
+    names = dict(getattr(cfg, "names", {}) or {})
     for path, value in point.items():
-        specs = set_leaf(specs, path, jnp.asarray(axis_table(path, [value])[0]))
+        table = axis_table(path, [value])
+        specs = set_leaf(specs, path, jax.tree_util.tree_map(lambda t: jnp.asarray(t[0]), table))
+        if path == PLATFORM:
+            names["accelerator"] = value.name
+            names["tiers"] = [value.scale_up, *list(names.get("tiers", []))[1:]]
     specs = jax.tree_util.tree_map(
         lambda x: np.asarray(x, dtype=float) if np.ndim(x) else float(x), specs
     )
     if derive_dp and "strategy.dp" not in point:
         specs = with_derived_dp(specs, np)
         specs["strategy"] = dataclasses.replace(specs["strategy"], dp=float(specs["strategy"].dp))
-    return dataclasses.replace(cfg, **specs)
+    return dataclasses.replace(cfg, **specs, names=names)

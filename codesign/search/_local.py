@@ -67,8 +67,8 @@ def local_search(
 def polish_bandwidths(
     disc: Discretizer, point: tuple, settings: Settings, seed: int = 0
 ) -> list[tuple]:
-    """Candidates from a relaxed search over the free bandwidths only, with the layout and the
-    strategy of ``point`` fixed (a hardware-mode sub-problem): the grid values bracketing the
+    """Candidates from a relaxed search over the free continuous hardware knobs only
+    (bandwidths, latencies, HBM...), with the layout, platform and strategy of ``point`` fixed (a hardware-mode sub-problem): the grid values bracketing the
     relaxed bandwidths, +- one step.  Trading bandwidth between tiers along a budget is a
     continuous problem that the gradient solves at any grid resolution, where a grid search
     would need many steps of several axes at once."""
@@ -81,6 +81,12 @@ def polish_bandwidths(
     for k in ("tp", "pp", "cp", "ep", "microbatch", "interleave", "recompute", "zero"):
         changes[k] = [vals[f"strategy.{k}"]] if f"strategy.{k}" in vals else list(sv[k][:1])
     n = vals.get("system.num_accelerators", float(disc.problem.cfg.system.num_accelerators))
+    if "system.platform" in vals:
+        changes["platforms"] = [vals["system.platform"]]
+    if "strategy.placement" in vals:
+        changes["placements"] = [vals["strategy.placement"]]
+    if "system.tiers[0].domain" in vals:
+        changes["hardware"] = {"system.tiers[0].domain": [vals["system.tiers[0].domain"]]}
     sub = disc.problem.with_values(num_accelerators=[n], mode="hardware", **changes)
     sub_settings = dataclasses.replace(
         settings,
@@ -93,7 +99,7 @@ def polish_bandwidths(
     ok = np.asarray(rs["violation"]) <= 1e-3
     score = np.where(ok, np.asarray(rs["objective"]), np.inf)
     k = int(np.argmin(score)) if np.isfinite(score).any() else int(np.argmin(rs["loss"]))
-    bw = np.asarray(rs["z"]["bw"][k])
+    bw = np.asarray(rs["z"]["hw"][k])
     lay, cat, _ = disc.split(point)
     brackets = [
         bracket(ev.values[a], float(bw[t]), 1)

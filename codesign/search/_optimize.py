@@ -25,7 +25,6 @@ from codesign.search._evaluator import ExactEvaluator
 from codesign.search._grid import OBJECTIVES, config_at
 from codesign.search._local import local_search, polish_bandwidths
 from codesign.search._problem import Problem
-from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES
 from codesign.step import Report, evaluate
 
 __all__ = ["OptimizeResult", "optimize", "exact_objective"]
@@ -134,33 +133,7 @@ def optimize(
         cands = []
         for k in top:
             z = {name: v[k] for name, v in rs["z"].items()}
-            if rs["combos"]:
-                cats = [disc.cat_index(rs["combos"][k])]
-            else:  # soft weights: the heaviest allowed option of each
-                w = rs["weights"][k]
-                cats = [
-                    tuple(
-                        int(
-                            np.argmax(
-                                [
-                                    w[
-                                        "recompute"
-                                        if ev.paths[a] == "strategy.recompute"
-                                        else "zero"
-                                    ][
-                                        (
-                                            RECOMPUTE_MODES
-                                            if ev.paths[a] == "strategy.recompute"
-                                            else ZERO_STAGES
-                                        ).index(v)
-                                    ]
-                                    for v in ev.values[a]
-                                ]
-                            )
-                        )
-                        for a in disc.cat_axes
-                    )
-                ]
+            cats = [disc.cat_index(rs["combos"][k] if rs["combos"] else None, rs["weights"][k])]
             cands.extend(disc.round(z, cats, settings.nearest_layouts * (1 + radius), radius))
         cands = list(dict.fromkeys(cands))
         vals = ev(cands)
@@ -247,9 +220,17 @@ def optimize(
         bar.close()
     t2 = time.perf_counter()
     relaxed_point = {
-        k: 2.0 ** float(v[best]) for k, v in rs["z"].items() if k not in ("bw", "rest")
+        k: 2.0 ** float(v[best])
+        for k, v in rs["z"].items()
+        if k not in ("hw", "rest") and not k.startswith("w_")
     }
-    relaxed_point["bw"] = [float(x) for x in np.asarray(rs["z"]["bw"][best])]
+    relaxed_point["hw"] = {
+        p: float(x)
+        for p, x in zip(rs["space"].free_hw, np.asarray(rs["z"]["hw"][best]), strict=True)
+    }
+    for name in ("platform", "placement"):
+        if f"w_{name}" in rs["z"]:
+            relaxed_point[f"{name}_weights"] = [float(x) for x in rs["z"][f"w_{name}"][best]]
     if rs["combos"]:
         relaxed_point["recompute"], relaxed_point["zero"] = rs["combos"][best]
     if math.isfinite(val):

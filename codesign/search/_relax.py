@@ -11,7 +11,12 @@ The design variables are reparametrized so that every point of parameter space i
   in their log2 boxes;
 * **recompute** and **ZeRO** as softmax weights over the allowed options (the specs store
   them as weight vectors, so the model interpolates its cost terms linearly);
-* **accelerator count** and **every tier's bandwidth** in log2 boxes through a sigmoid.
+* **accelerator count**, the **scale-up domain** and every **continuous hardware knob**
+  (tier bandwidths, latencies and oversubscriptions; HBM capacity and bandwidth, peak
+  FLOP/s, host link) in log2 boxes through a sigmoid;
+* the **platform** (accelerator type with its scale-up tier and efficiency) and the
+  **placement** as soft categoricals: softmax weights over the listed options mix their
+  numbers (every field of the platforms, the placement rank vectors) linearly.
 
 Which variables are free is static (:class:`Space`: a fixed one is not a parameter at all,
 its value comes from the base configuration, so the compiled program is smaller and faster
@@ -20,9 +25,10 @@ so new bounds or budgets do not recompile.
 
 The model is evaluated on its one code path with ``Smoothing(exact=False, tau=tau)``.  The
 loss is ``log(objective)`` plus ``rho * sum(relu(g)**2)`` over log-ratio violations ``g`` of
-memory fit (total memory vs HBM), the capex budget, the power cap, the degree boxes
-(``tp <= max tp``...), ``ep <= dp cp``, ``pp * interleave <= layers`` and
-``dp * microbatch <= global_batch``.  Working in logs makes the loss scale free (seconds,
+memory fit (total memory vs HBM), every cap of :data:`codesign.rules.CONSTRAINTS` (capex,
+power, network capex, deadline, accelerator count, minimum MFU), the degree boxes
+(``tp <= max tp``...), ``ep <= dp cp``, ``pp * interleave <= layers``,
+``dp * microbatch <= global_batch`` and ``domain <= N``.  Working in logs makes the loss scale free (seconds,
 days or dollars alike) and its gradients O(1).
 """
 
@@ -36,7 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from codesign.search._grid import OBJECTIVES, specs_of
+from codesign.rules import CONSTRAINTS, caps_of, constrained_quantities
+from codesign.search._grid import OBJECTIVES, PLATFORM, axis_table, set_leaf, specs_of
 from codesign.search._problem import RELAX_OBJECTIVES, Problem
 from codesign.smoothing import Smoothing
 from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES
@@ -61,8 +68,7 @@ __all__ = [
 DEGREES = ("tp", "pp", "dp", "cp")
 VIOLATION_NAMES = (
     "memory",
-    "capex",
-    "power",
+    *CONSTRAINTS,
     "tp_max",
     "tp_min",
     "pp_max",
@@ -73,6 +79,7 @@ VIOLATION_NAMES = (
     "ep_dp_cp",
     "pp_interleave_layers",
     "dp_microbatch_batch",
+    "domain_n",
 )
 _BIG = -1e30
 
@@ -87,7 +94,14 @@ class Space:
     free_degrees: tuple[str, ...] = ("tp", "pp")
     """Free degrees among tp, pp, cp (dp always takes the rest of log2 N)."""
     free_n: bool = False
-    free_tiers: tuple[int, ...] = ()
+    free_hw: tuple[str, ...] = ()
+    """Free continuous hardware leaves (:attr:`Problem.continuous_paths`)."""
+    free_domain: bool = False
+    """The scale-up (tier 0) domain is free."""
+    num_platforms: int = 0
+    """Platforms to choose from (0 or 1: fixed)."""
+    num_placements: int = 0
+    """Placements to choose from (0 or 1: fixed)."""
     free_microbatch: bool = True
     free_ep: bool = False
     free_interleave: bool = False
@@ -96,6 +110,15 @@ class Space:
     unit: tuple[str, ...] = ()
     """Fixed degrees (among tp, pp, cp, ep, interleave) equal to 1: the model gets a literal
     1, so XLA folds the dimensions away (a structural fact, not a float value)."""
+
+    @property
+    def free_tiers(self) -> tuple[int, ...]:
+        """Tiers whose bandwidth is free."""
+        return tuple(
+            int(p[len("system.tiers[") : p.index("]")])
+            for p in self.free_hw
+            if p.endswith("].bandwidth_gbps")
+        )
 
     @property
     def softmax_names(self) -> tuple[str, ...]:
@@ -119,14 +142,20 @@ class Box:
     """(4,) log2 of the smallest allowed tp, pp, dp, cp."""
     log2_deg_hi: jnp.ndarray
     """(4,) log2 of the largest allowed tp, pp, dp, cp."""
-    log2_bw: jnp.ndarray
-    """(num_tiers, 2) log2 of each tier's bandwidth range in GB/s (lo == hi when fixed)."""
+    log2_hw: jnp.ndarray
+    """(num free hardware leaves, 2) log2 of each continuous knob's range."""
+    log2_dom: jnp.ndarray
+    """(2,) log2 of the scale-up domain range."""
     recompute_mask: jnp.ndarray
     """(3,) 1 for the allowed recompute modes."""
     zero_mask: jnp.ndarray
     """(4,) 1 for the allowed ZeRO stages."""
-    capex_max_usd: jnp.ndarray
-    power_max_kw: jnp.ndarray
+    caps: jnp.ndarray
+    """(len(CONSTRAINTS),) caps of :func:`codesign.rules.caps_of` (``inf``: none)."""
+    platforms: dict | None = None
+    """The platforms' numbers stacked (``{"accelerator", "scale_up", "efficiency"}``)."""
+    placements: jnp.ndarray | None = None
+    """(num placements, 5) rank vectors."""
 
 
 def space_of(problem: Problem, fold_units: bool = True) -> Space:
@@ -140,7 +169,10 @@ def space_of(problem: Problem, fold_units: bool = True) -> Space:
         objective=problem.objective,
         free_degrees=tuple(d for d in ("tp", "pp", "cp") if len(sv[d]) > 1),
         free_n=problem.free_n,
-        free_tiers=problem.free_tiers,
+        free_hw=problem.continuous_paths,
+        free_domain=bool(problem.domain_tiers),
+        num_platforms=len(problem.platforms) if len(problem.platforms) > 1 else 0,
+        num_placements=len(problem.placements) if len(problem.placements) > 1 else 0,
         free_microbatch=len(sv["microbatch"]) > 1,
         free_ep=len(sv["ep"]) > 1,
         free_interleave=len(sv["interleave"]) > 1,
@@ -163,10 +195,14 @@ def box_of(problem: Problem) -> Box:
     big = math.log2(max(n)) + 1.0
     lo = [math.log2(min(sv["tp"])), math.log2(min(sv["pp"])), 0.0, math.log2(min(sv["cp"]))]
     hi = [math.log2(max(sv["tp"])), math.log2(max(sv["pp"])), big, math.log2(max(sv["cp"]))]
-    bw = []
-    for i, t in enumerate(sy.tiers):
-        vals = hv.get(f"system.tiers[{i}].bandwidth_gbps", (float(t.bandwidth_gbps),))
-        bw.append(_log2_range(vals))
+    hw = [_log2_range(hv[p]) for p in problem.continuous_paths]
+    dom = hv.get("system.tiers[0].domain", (float(sy.tiers[0].domain),))
+    plat = axis_table(PLATFORM, problem.platforms) if len(problem.platforms) > 1 else None
+    pls = (
+        jnp.asarray(axis_table("strategy.placement", problem.placements))
+        if len(problem.placements) > 1
+        else None
+    )
     return Box(
         log2_n=jnp.asarray(_log2_range(n)),
         log2_mb=jnp.asarray(_log2_range(sv["microbatch"])),
@@ -174,11 +210,13 @@ def box_of(problem: Problem) -> Box:
         log2_v=jnp.asarray(_log2_range(sv["interleave"])),
         log2_deg_lo=jnp.asarray(lo),
         log2_deg_hi=jnp.asarray(hi),
-        log2_bw=jnp.asarray(np.asarray(bw, dtype=float).reshape(len(bw), 2)),
+        log2_hw=jnp.asarray(np.asarray(hw, dtype=float).reshape(len(hw), 2)),
+        log2_dom=jnp.asarray(_log2_range(dom)),
         recompute_mask=jnp.asarray([float(r in sv["recompute"]) for r in RECOMPUTE_MODES]),
         zero_mask=jnp.asarray([float(z in sv["zero"]) for z in ZERO_STAGES]),
-        capex_max_usd=jnp.asarray(problem.capex_max_usd),
-        power_max_kw=jnp.asarray(problem.power_max_kw),
+        caps=jnp.asarray(caps_of(problem.constraints)),
+        platforms=None if plat is None else jax.tree_util.tree_map(jnp.asarray, plat),
+        placements=pls,
     )
 
 
@@ -189,7 +227,7 @@ def base_of(problem: Problem) -> dict:
 
 def init_params(key, space: Space, scale: float = 1.0) -> dict:
     """Random unconstrained parameters (a multi-start point): only the free variables."""
-    ks = jax.random.split(key, 8)
+    ks = jax.random.split(key, 11)
     p = {}
     if space.free_degrees:
         p["deg"] = scale * jax.random.normal(ks[0], (len(space.softmax_names),))
@@ -201,8 +239,14 @@ def init_params(key, space: Space, scale: float = 1.0) -> dict:
         p["mb"] = scale * jax.random.normal(ks[3], ())
     if space.free_n:
         p["n"] = scale * jax.random.normal(ks[4], ())
-    if space.free_tiers:
-        p["bw"] = scale * jax.random.normal(ks[5], (len(space.free_tiers),))
+    if space.free_hw:
+        p["hw"] = scale * jax.random.normal(ks[5], (len(space.free_hw),))
+    if space.free_domain:
+        p["dom"] = scale * jax.random.normal(ks[8], ())
+    if space.num_platforms:
+        p["platform"] = scale * jax.random.normal(ks[9], (space.num_platforms,))
+    if space.num_placements:
+        p["placement"] = scale * jax.random.normal(ks[10], (space.num_placements,))
     if space.free_ep:
         p["ep"] = scale * jax.random.normal(ks[6], ())
     if space.free_interleave:
@@ -228,8 +272,10 @@ def _log2_axis(params: dict, key: str, lo_hi, free: bool, unit: bool, value, zer
 
 def degrees_of(params: dict, space: Space, box: Box, base: dict) -> dict:
     """Relaxed log2 values: degrees (tp, pp, dp, cp, ep), N (``n``), microbatch (``mb``),
-    interleave (``v``), the share of log2 N left to the free degrees (``rest``) and every
-    tier's bandwidth (``bw``, GB/s, not log)."""
+    interleave (``v``), the share of log2 N left to the free degrees (``rest``), the
+    scale-up domain (``dom``), the free continuous hardware knobs (``hw``, in the order of
+    ``space.free_hw``, natural units, not log) and the platform and placement weights
+    (``w_platform``, ``w_placement``, when free)."""
     st, sy = base["strategy"], base["system"]
     log2_n = _in_box(params["n"], box.log2_n) if space.free_n else jnp.log2(sy.num_accelerators)
     zero = jnp.zeros_like(log2_n)
@@ -262,12 +308,18 @@ def degrees_of(params: dict, space: Space, box: Box, base: dict) -> dict:
         st.interleave,
         zero,
     )
-    bw = [t.bandwidth_gbps for t in sy.tiers]
-    if space.free_tiers:
-        free_bw = 2.0 ** _in_box(params["bw"], box.log2_bw[jnp.asarray(space.free_tiers)])
-        for j, i in enumerate(space.free_tiers):
-            bw[i] = free_bw[j]
-    out["bw"] = jnp.stack([jnp.asarray(b, dtype=log2_n.dtype) for b in bw])
+    out["dom"] = (
+        _in_box(params["dom"], box.log2_dom) if space.free_domain else jnp.log2(sy.tiers[0].domain)
+    )
+    out["hw"] = (
+        2.0 ** _in_box(params["hw"], box.log2_hw)
+        if space.free_hw
+        else jnp.zeros((0,), dtype=log2_n.dtype)
+    )
+    if space.num_platforms:
+        out["w_platform"] = jax.nn.softmax(params["platform"])
+    if space.num_placements:
+        out["w_placement"] = jax.nn.softmax(params["placement"])
     return out
 
 
@@ -291,15 +343,21 @@ def to_specs(params: dict, space: Space, box: Box, base: dict, z: dict | None = 
         kw["recompute"] = masked_softmax(params["recompute"], box.recompute_mask).astype(dtype)
     if space.free_zero:
         kw["zero"] = masked_softmax(params["zero"], box.zero_mask).astype(dtype)
+    if space.num_placements:
+        kw["placement"] = z["w_placement"] @ box.placements
     st = dataclasses.replace(st, **kw)
     if space.free_n:
         sy = dataclasses.replace(sy, num_accelerators=2.0 ** z["n"])
-    if space.free_tiers:
-        tiers = list(sy.tiers)
-        for i in space.free_tiers:
-            tiers[i] = dataclasses.replace(tiers[i], bandwidth_gbps=z["bw"][i])
-        sy = dataclasses.replace(sy, tiers=tuple(tiers))
-    return {**base, "system": sy, "strategy": st}
+    specs = {**base, "system": sy, "strategy": st}
+    if space.num_platforms:
+        w = z["w_platform"]
+        mixed = jax.tree_util.tree_map(lambda t: jnp.tensordot(w, t, axes=1), box.platforms)
+        specs = set_leaf(specs, PLATFORM, mixed)
+    if space.free_domain:
+        specs = set_leaf(specs, "system.tiers[0].domain", 2.0 ** z["dom"])
+    for j, path in enumerate(space.free_hw):
+        specs = set_leaf(specs, path, z["hw"][j])
+    return specs
 
 
 def _log_ratio_capped(x, cap):
@@ -322,11 +380,11 @@ def loss_terms(params: dict, tau, space: Space, box: Box, base: dict) -> dict:
     sy = s["system"]
     tr, m = base["training"], base["model"]
     lo, hi = box.log2_deg_lo, box.log2_deg_hi
+    caps = _log_ratio_capped(constrained_quantities(r, sy), box.caps)
     viol = jnp.stack(
         [
             jnp.log(r.memory_gb["total"]) - jnp.log(sy.accelerator.hbm_gb),
-            _log_ratio_capped(r.cost["capex_usd"], box.capex_max_usd),
-            _log_ratio_capped(r.cost["power_kw"], box.power_max_kw),
+            *(caps[i] for i in range(len(CONSTRAINTS))),
             z["tp"] - hi[0],
             lo[0] - z["tp"],
             z["pp"] - hi[1],
@@ -337,6 +395,7 @@ def loss_terms(params: dict, tau, space: Space, box: Box, base: dict) -> dict:
             z["ep"] - (z["dp"] + z["cp"]),
             z["pp"] + z["v"] - jnp.log2(m.layers),
             (z["dp"] + z["mb"]) - jnp.log2(tr.global_batch),
+            z["dom"] - z["n"] if space.free_domain else -jnp.ones_like(z["n"]),
         ]
     )
     return {

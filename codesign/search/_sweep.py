@@ -40,9 +40,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
-from codesign.rules import with_derived_dp
+from codesign.rules import CONSTRAINTS, caps_of, with_derived_dp
 from codesign.search._evaluator import CHECKS, base_specs, exact_point
-from codesign.search._grid import OBJECTIVES, axis_table, config_at, set_leaf
+from codesign.search._grid import OBJECTIVES, axis_table, config_at, set_leaf, take
 from codesign.specs import SpecError
 
 __all__ = ["SweepResult", "sweep"]
@@ -63,7 +63,7 @@ class SweepResult:
     wall_s: float
     counts: dict = dataclasses.field(default_factory=dict)
     """Points per check of :data:`~codesign.search._evaluator.CHECKS` (``valid``, ``feasible``,
-    and among valid points ``fits``, ``within_capex``, ``within_power``)."""
+    and among valid points ``fits`` and one ``within_*`` per constraint)."""
 
     def point(self, i: int) -> dict:
         """The axis values of the ``i``-th best point."""
@@ -127,7 +127,7 @@ def _compiled_call(
             o_multi = jnp.unravel_index(jnp.minimum(o, n_outer - 1), outer_shape) if split else ()
             specs = base
             for path, table, i in zip(paths[:split], tables[:split], o_multi, strict=True):
-                specs = set_leaf(specs, path, table[i])
+                specs = set_leaf(specs, path, take(table, i))
 
             def inner_point(vals):
                 sp = specs
@@ -184,6 +184,7 @@ def sweep(
     steps_per_call: int = 256,
     capex_max_usd: float = math.inf,
     power_max_kw: float = math.inf,
+    constraints: dict | None = None,
     progress: bool = True,
     devices=None,
     diagnose: bool = False,
@@ -202,9 +203,12 @@ def sweep(
         block_size: most points of one vmapped inner block (memory is ``O(block_size)``).
         steps_per_call: inner blocks per device per compiled call (one progress-bar tick).
         capex_max_usd, power_max_kw: constraints; points above them are infeasible.
+        constraints: more caps by name (:data:`codesign.rules.CONSTRAINTS`: also
+            ``network_capex_max_usd``, ``time_to_train_max_days``, ``num_accelerators_max``,
+            ``mfu_min``).
         devices: JAX devices to shard over (default: all).
         diagnose: also count, among valid points, those that fit in memory and those within
-            the capex and power caps (``counts``; a little slower, so only asked for when a
+            each cap (``counts``; a little slower, so only asked for when a
             sweep found nothing feasible and the user should learn why).
     """
     if objective not in OBJECTIVES:
@@ -216,7 +220,7 @@ def sweep(
     tables = [axis_table(p, axes[p]) for p in paths]
     for p in paths:
         set_leaf(base, p, None)  # path check
-    shape = tuple(len(t) for t in tables)
+    shape = tuple(len(axes[p]) for p in paths)
     n_total = int(np.prod(shape))
     if n_total >= 2**31 and not jax.config.jax_enable_x64:
         raise SpecError("sweep size", n_total, "below 2**31 points unless jax_enable_x64 is on")
@@ -232,7 +236,8 @@ def sweep(
         else np.zeros((0, 1), int)
     )
     inner_vals = tuple(
-        jnp.asarray(tables[split + a][inner_idx[a]]) for a in range(len(inner_shape))
+        jax.tree_util.tree_map(jnp.asarray, take(tables[split + a], inner_idx[a]))
+        for a in range(len(inner_shape))
     )
     n_steps = int(min(steps_per_call, -(-n_outer // n_dev)))
     per_call = n_steps * n_dev
@@ -251,9 +256,13 @@ def sweep(
         tuple(devices),
         n_checks,
     )
-    tables_dev = tuple(jnp.asarray(t) for t in tables)
+    tables_dev = tuple(jax.tree_util.tree_map(jnp.asarray, t) for t in tables)
     inner_idx_dev = tuple(jnp.asarray(i, dtype=itype) for i in inner_idx)
-    bounds = jnp.asarray([capex_max_usd, power_max_kw], dtype=jnp.result_type(float))
+    cons = {"capex_max_usd": capex_max_usd, "power_max_kw": power_max_kw, **(constraints or {})}
+    bad = sorted(set(cons) - set(CONSTRAINTS))
+    if bad:
+        raise SpecError(f"constraints.{bad[0]}", cons[bad[0]], f"one of {list(CONSTRAINTS)}")
+    bounds = jnp.asarray(caps_of(cons), dtype=jnp.result_type(float))
     n_calls = -(-n_outer // per_call)
     best_v = np.full((0,), np.inf)
     best_i = np.zeros((0,), np.int64)
