@@ -122,6 +122,19 @@ _UNITS = {
 }
 
 
+def _point_json(point: dict) -> dict:
+    """A grid point's values as JSON (platform by name, placement as a list)."""
+    out = {}
+    for k, v in point.items():
+        if isinstance(v, str | int | float):
+            out[k] = v if isinstance(v, str) else float(v)
+        elif isinstance(v, list | tuple):
+            out[k] = [str(x) for x in v]
+        else:
+            out[k] = str(v)
+    return out
+
+
 def _fmt_obj(objective: str, v: float) -> str:
     if not math.isfinite(v):
         return "infeasible"
@@ -278,26 +291,42 @@ def _setup_jax(args) -> None:
 
 def _cmd_optimize(args) -> int:
     _setup_jax(args)
-    from codesign.search import Settings, load_problem, optimize
+    from codesign.search import Settings, choose_method, load_problem, solve
 
     pb = load_problem(args.problem)
     settings = Settings(
         steps=args.steps if args.steps is not None else Settings.steps,
         starts=args.starts if args.starts is not None else Settings.starts,
     )
+    if args.pareto is not None:
+        from codesign.cli._pareto import run_pareto
+
+        return run_pareto(args, pb, settings)
+    how, reason = choose_method(pb, args.method)
+    if how == "sweep":
+        if args.method == "auto" and not args.json:
+            print(f"method: {reason}\n")
+        args.top_k = 5
+        return _cmd_sweep(args, pb=pb, command="optimize", method_line=reason)
     t0 = time.perf_counter()
-    res = optimize(
-        pb, settings, seed=args.seed, progress=_show_progress(args), distributed=args.distributed
+    res = solve(
+        pb,
+        settings,
+        seed=args.seed,
+        method="relaxed",
+        progress=_show_progress(args),
+        distributed=args.distributed,
     )
     wall = time.perf_counter() - t0
     extra = {
+        "method": "relaxed",
         "relaxed_objective": res.relaxed_objective,
         "gap": res.gap if math.isfinite(res.gap) else None,
         "num_exact_evals": res.num_exact_evals,
         "wall_s": wall,
         "relaxed_wall_s": res.relaxed_wall_s,
         "exact_wall_s": res.exact_wall_s,
-        "point": {k: (v if isinstance(v, str) else float(v)) for k, v in res.point.items()},
+        "point": _point_json(res.point),
         "seed": args.seed,
         "starts": settings.starts,
         "steps": settings.steps,
@@ -312,6 +341,7 @@ def _cmd_optimize(args) -> int:
         f"exact evaluations  {res.num_exact_evals:,}  (of {pb.grid_size():,} grid points)",
         f"wall time          {wall:.2f} s  (relaxed search {res.relaxed_wall_s:.2f} s, exact discretization {res.exact_wall_s:.2f} s; "
         "includes compilation unless cached)",
+        f"method             {reason}",
     ]
     why = "" if res.config is not None else _why_infeasible(pb, None, pb.grid_size())
     _write_run(args, pb, res.config, lines)
@@ -321,12 +351,13 @@ def _cmd_optimize(args) -> int:
     return 0 if res.config is not None else 1
 
 
-def _cmd_sweep(args) -> int:
-    _setup_jax(args)
+def _cmd_sweep(args, pb=None, command: str = "sweep", method_line: str = "") -> int:
     from codesign.search import distributed_sweep, load_problem
     from codesign.step import evaluate
 
-    pb = load_problem(args.problem)
+    if pb is None:
+        _setup_jax(args)
+        pb = load_problem(args.problem)
     t0 = time.perf_counter()
     res = distributed_sweep(
         pb, top_k=args.top_k, progress=_show_progress(args), distributed=args.distributed
@@ -341,11 +372,12 @@ def _cmd_sweep(args) -> int:
     top = [
         {
             "objective": float(v),
-            "point": {k: (x if isinstance(x, str) else float(x)) for k, x in res.point(i).items()},
+            "point": _point_json(res.point(i)),
         }
         for i, v in enumerate(res.best_values)
     ]
     extra = {
+        "method": "sweep",
         "num_exact_evals": res.num_points,
         "num_valid": res.num_valid,
         "num_feasible": res.num_feasible,
@@ -359,6 +391,8 @@ def _cmd_sweep(args) -> int:
         f"exact evaluations  {res.num_points:,}  ({res.num_valid:,} valid, {res.num_feasible:,} feasible)",
         f"wall time          {wall:.2f} s  (sweep {res.wall_s:.2f} s; includes compilation unless cached)",
     ]
+    if method_line:
+        lines.append(f"method             {method_line}")
     if len(res.best_values) > 1:
         lines.append(
             "runners-up         "
@@ -371,7 +405,7 @@ def _cmd_sweep(args) -> int:
         )
         why = _why_infeasible(pb, diag.counts, diag.num_points)
     _write_run(args, pb, cfg, lines)
-    _print_result(args, pb, "sweep", cfg, report, best, extra, lines, why)
+    _print_result(args, pb, command, cfg, report, best, extra, lines, why)
     return 0 if cfg is not None else 1
 
 
@@ -419,6 +453,21 @@ def register(subparsers) -> None:
     o.add_argument(
         "--steps", type=positive_int, default=None, help="Adam steps per start (default 300)"
     )
+    o.add_argument(
+        "--method",
+        choices=["auto", "relaxed", "sweep"],
+        default="auto",
+        help="auto (default): sweep the grid when that is faster than compiling the relaxed "
+        "search, else the relaxed search; relaxed or sweep force one",
+    )
+    o.add_argument(
+        "--pareto",
+        metavar="MIN:MAX:NUM",
+        default=None,
+        help="the time-cost front: minimize time to train under NUM log-spaced capex budgets "
+        "from MIN to MAX USD, and mark the designs no other beats on both time and cost",
+    )
+    o.add_argument("--plot", metavar="OUT.png", default=None, help="with --pareto: a figure")
     o.set_defaults(func=_cmd_optimize)
     s = subparsers.add_parser(
         "sweep", help="exhaustive exact sweep of the problem's grid (the ground truth)"

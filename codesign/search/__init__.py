@@ -11,6 +11,7 @@ several hosts and :mod:`~codesign.search._baseline` is the random-search baselin
 
 from codesign.search import _relax as relax
 from codesign.search._anneal import Settings, categorical_combos, relaxed_search
+from codesign.search._auto import METHODS, choose_method, front, pareto, solve
 from codesign.search._baseline import random_search, valid_points
 from codesign.search._discretize import Discretizer
 from codesign.search._distributed import distributed_sweep, initialize_distributed
@@ -32,6 +33,11 @@ from codesign.search._problem_file import load_problem, load_problem_dict
 from codesign.search._sweep import SweepResult, sweep
 
 __all__ = [
+    "METHODS",
+    "choose_method",
+    "front",
+    "pareto",
+    "solve",
     "ACCELERATOR_KNOBS",
     "TIER_KNOBS",
     "DEGREE_AXES",

@@ -105,6 +105,7 @@ def _compiled_segment(settings: Settings, length: int, space: relax.Space):
                 p, tau_sched(t), rho_sched(t), space, box, base
             )
             upd, st = opt.update(g, st, p)
+            upd = jax.tree_util.tree_map(lambda u, m: u * m, upd, box.train_mask)
             out = (val, aux["objective"], jnp.max(aux["violations"]), aux["z"])
             return (optax.apply_updates(p, upd), st), out
 
@@ -127,10 +128,14 @@ def relaxed_search(
     progress=None,
     key=None,
     space=None,
+    adjust=None,
 ) -> dict:
     """Run the multi-start relaxed optimization; host arrays per start.
 
     ``progress`` is an optional callable ``progress(done_steps)`` called after each segment.
+    ``adjust(params, boxes) -> (params, boxes)`` may change the initial parameters and the
+    per-start boxes (with ``train_mask``) before the run, without recompiling: the polish
+    of :func:`codesign.search._local.polish_bandwidths` pins a layout that way.
     """
     space = relax.space_of(problem) if space is None else space
     box = relax.box_of(problem)
@@ -138,7 +143,7 @@ def relaxed_search(
     k = settings.starts
     boxes = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (k, *jnp.shape(x))), box)
     combos = []
-    if settings.enumerate_categorical:
+    if settings.enumerate_categorical and adjust is None:
         allowed = categorical_combos(problem)
         combos = [allowed[i % len(allowed)] for i in range(k)]
         rec = np.stack([np.eye(3)[RECOMPUTE_MODES.index(c[0])] for c in combos])
@@ -149,6 +154,11 @@ def relaxed_search(
     key = jax.random.key(seed) if key is None else key
     keys = jax.random.split(key, k)
     p, st = _compiled_init(settings, space)(keys)
+    boxes = dataclasses.replace(
+        boxes, train_mask=jax.tree_util.tree_map(lambda x: jnp.ones_like(x), p)
+    )
+    if adjust is not None:
+        p, boxes = adjust(p, boxes)
     segs = (
         settings.segments
         if settings.segments > 0 and settings.steps % settings.segments == 0

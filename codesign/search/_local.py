@@ -18,11 +18,14 @@ import dataclasses
 import itertools
 import math
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from codesign.search import _relax as relax
 from codesign.search._anneal import Settings, relaxed_search
 from codesign.search._discretize import Discretizer, bracket
+from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES
 
 __all__ = ["local_search", "polish_bandwidths"]
 
@@ -64,38 +67,81 @@ def local_search(
     return cur, (cur_k[1] if cur_k[0] == 0 else math.inf), it
 
 
+def _pin(disc: Discretizer, point: tuple, space: relax.Space, box: relax.Box):
+    """``adjust`` for :func:`relaxed_search`: every start pinned to the layout, categorical
+    choices, platform and placement of ``point`` (box ranges of zero width, one-hot masks,
+    saturated logits, degree logits that give the point's degrees exactly), only the
+    continuous hardware knobs (``hw``) trained."""
+    ev, pb = disc.ev, disc.problem
+    vals = ev.point(point)
+    cfg = pb.cfg
+    st = cfg.strategy
+
+    def get(path, default):
+        return float(vals.get(path, default))
+
+    n = get("system.num_accelerators", cfg.system.num_accelerators)
+    deg = {d: get(f"strategy.{d}", getattr(st, d)) for d in ("tp", "pp", "cp")}
+    deg["dp"] = n / (deg["tp"] * deg["pp"] * deg["cp"])
+    pinned = {
+        "log2_n": n,
+        "log2_mb": get("strategy.microbatch", st.microbatch),
+        "log2_ep": get("strategy.ep", st.ep),
+        "log2_v": get("strategy.interleave", st.interleave),
+        "log2_dom": get("system.tiers[0].domain", cfg.system.tiers[0].domain),
+    }
+    rec = vals.get("strategy.recompute", pb.strategy_values["recompute"][0])
+    zero = vals.get("strategy.zero", pb.strategy_values["zero"][0])
+
+    def adjust(p, boxes):
+        k = jax.tree_util.tree_leaves(p)[0].shape[0]
+        kw = {
+            name: jnp.broadcast_to(jnp.asarray([math.log2(v)] * 2), (k, 2))
+            for name, v in pinned.items()
+        }
+        kw["recompute_mask"] = jnp.broadcast_to(
+            jnp.asarray(np.eye(3)[RECOMPUTE_MODES.index(rec)]), (k, 3)
+        )
+        kw["zero_mask"] = jnp.broadcast_to(jnp.asarray(np.eye(4)[ZERO_STAGES.index(zero)]), (k, 4))
+        p = dict(p)
+        if "deg" in p:
+            fixed = sum(
+                math.log2(deg[d]) for d in ("tp", "pp", "cp") if d not in space.free_degrees
+            )
+            rest = max(math.log2(n) - fixed, 1e-12)
+            w = [max(math.log2(deg[d]) / rest, 1e-30) for d in space.softmax_names]
+            p["deg"] = jnp.broadcast_to(jnp.log(jnp.asarray(w)), p["deg"].shape)
+        for name, path in (("platform", "system.platform"), ("placement", "strategy.placement")):
+            if name in p:
+                j = ev.values[ev.paths.index(path)].index(vals[path])
+                p[name] = jnp.broadcast_to(50.0 * jnp.eye(p[name].shape[1])[j], p[name].shape)
+        mask = {key: jnp.zeros_like(v) if key != "hw" else jnp.ones_like(v) for key, v in p.items()}
+        return p, dataclasses.replace(boxes, train_mask=mask, **kw)
+
+    return adjust
+
+
 def polish_bandwidths(
     disc: Discretizer, point: tuple, settings: Settings, seed: int = 0
 ) -> list[tuple]:
     """Candidates from a relaxed search over the free continuous hardware knobs only
-    (bandwidths, latencies, HBM...), with the layout, platform and strategy of ``point`` fixed (a hardware-mode sub-problem): the grid values bracketing the
-    relaxed bandwidths, +- one step.  Trading bandwidth between tiers along a budget is a
-    continuous problem that the gradient solves at any grid resolution, where a grid search
-    would need many steps of several axes at once."""
+    (bandwidths, latencies, HBM...), with the layout, platform and strategy of ``point``
+    pinned: the grid values bracketing the relaxed knobs, +- one step.  Trading bandwidth
+    between tiers along a budget is a continuous problem that the gradient solves at any
+    grid resolution, where a grid search would need many steps of several axes at once.
+    The pinned search is the main search's compiled program (same space and settings; the
+    layout is pinned through data), so the polish compiles nothing."""
     if not disc.bw_axes or settings.polish_steps <= 0:
         return []
     ev = disc.ev
-    vals = ev.point(point)
-    changes = {}
-    sv = disc.problem.strategy_values
-    for k in ("tp", "pp", "cp", "ep", "microbatch", "interleave", "recompute", "zero"):
-        changes[k] = [vals[f"strategy.{k}"]] if f"strategy.{k}" in vals else list(sv[k][:1])
-    n = vals.get("system.num_accelerators", float(disc.problem.cfg.system.num_accelerators))
-    if "system.platform" in vals:
-        changes["platforms"] = [vals["system.platform"]]
-    if "strategy.placement" in vals:
-        changes["placements"] = [vals["strategy.placement"]]
-    if "system.tiers[0].domain" in vals:
-        changes["hardware"] = {"system.tiers[0].domain": [vals["system.tiers[0].domain"]]}
-    sub = disc.problem.with_values(num_accelerators=[n], mode="hardware", **changes)
-    sub_settings = dataclasses.replace(
+    space = relax.space_of(disc.problem)
+    rs = relaxed_search(
+        disc.problem,
         settings,
-        steps=settings.polish_steps,
-        starts=settings.polish_starts,
-        segments=1,
-        enumerate_categorical=True,
+        seed=seed,
+        space=space,
+        adjust=_pin(disc, point, space, relax.box_of(disc.problem)),
     )
-    rs = relaxed_search(sub, sub_settings, seed=seed, space=relax.space_of(sub, fold_units=False))
     ok = np.asarray(rs["violation"]) <= 1e-3
     score = np.where(ok, np.asarray(rs["objective"]), np.inf)
     k = int(np.argmin(score)) if np.isfinite(score).any() else int(np.argmin(rs["loss"]))

@@ -70,6 +70,8 @@ class OptimizeResult:
     local_iters: int = 0
     start_combos: list = dataclasses.field(default_factory=list)
     """The (recompute, zero) combination of every start (empty when relaxed softly)."""
+    method: str = "relaxed"
+    """``relaxed`` (this function) or ``sweep`` (:func:`codesign.search.solve` swept the grid)."""
 
 
 def _rank_starts(rs: dict, settings: Settings) -> list[int]:

@@ -156,6 +156,10 @@ class Box:
     """The platforms' numbers stacked (``{"accelerator", "scale_up", "efficiency"}``)."""
     placements: jnp.ndarray | None = None
     """(num placements, 5) rank vectors."""
+    train_mask: dict | None = None
+    """1 for the parameters the optimizer moves, 0 for frozen ones (like the parameters;
+    ``None``: all move).  The polish freezes everything but the continuous hardware knobs
+    and reuses the compiled search."""
 
 
 def space_of(problem: Problem, fold_units: bool = True) -> Space:
