@@ -100,7 +100,17 @@ def test_sweep_then_optimize_agree(problem, cache_dir):
     )
     assert s["report"]["fits"] and s["objective_value"] == pytest.approx(s["report"]["step_time_s"])
 
-    op = _run(["optimize", str(problem), "--starts", "12", "--steps", "100"], cache_dir)
+    # This grid is small: optimize sweeps it itself, and says so.
+    au = _run(["optimize", str(problem), "--json"], cache_dir)
+    assert au.returncode == 0, au.stderr
+    a = _json(au.stdout)
+    assert a["method"] == "sweep" and a["command"] == "optimize"
+    assert a["objective_value"] == pytest.approx(s["objective_value"], rel=1e-12)
+
+    op = _run(
+        ["optimize", str(problem), "--starts", "12", "--steps", "100", "--method", "relaxed"],
+        cache_dir,
+    )
     assert op.returncode == 0, op.stderr
     out = op.stdout
     for text in (
@@ -117,7 +127,20 @@ def test_sweep_then_optimize_agree(problem, cache_dir):
     # The compiled programs went to the on-disk cache.
     assert any(cache_dir.iterdir())
 
-    oj = _run(["optimize", str(problem), "--starts", "12", "--steps", "100", "--json"], cache_dir)
+    oj = _run(
+        [
+            "optimize",
+            str(problem),
+            "--starts",
+            "12",
+            "--steps",
+            "100",
+            "--json",
+            "--method",
+            "relaxed",
+        ],
+        cache_dir,
+    )
     # A repeat run loads its programs from the on-disk cache and prints nothing else: no
     # "E1201 cpu_aot_loader" line per cached program from XLA's C++ log.
     assert oj.returncode == 0 and oj.stderr.strip() == "", oj.stderr[-2000:]

@@ -31,9 +31,11 @@ def test_example_problems_load(path):
     pb = load_problem(path)
     assert pb.grid_size() >= 1 and pb.title
     axes = pb.exhaustive_axes()
-    # Bandwidth axes last (cheap axes innermost), N first.
+    # Continuous hardware axes (bandwidths, latencies, HBM...) last (cheap axes innermost),
+    # N first; a searched scale-up domain is a layout axis (early).
     names = list(axes)
-    bw = [i for i, k in enumerate(names) if k.startswith("system.tiers[")]
+    bw = [i for i, k in enumerate(names) if k in pb.continuous_paths]
+    assert all(k in pb.continuous_paths for k in names if k.endswith("bandwidth_gbps"))
     assert bw == list(range(len(names) - len(bw), len(names)))
     if pb.free_n:
         assert names[0] == "system.num_accelerators"

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from codesign.cli.search import _describe_problem, _design_dict
+from codesign.cli._describe import _describe_problem, _design_dict
 
 __all__ = ["run_pareto"]
 
