@@ -50,9 +50,32 @@ __all__ = [
 ]
 
 
+def _stack(values):
+    """One array over the tiers (innermost first) of per-tier numbers (traced or not): the
+    collectives are computed on these vectors, one expression for every tier, which keeps
+    the compiled program (and its gradient) small."""
+    return jnp.stack(jnp.broadcast_arrays(*[jnp.asarray(v, dtype=float) for v in values]))
+
+
+def _bandwidths(system: System):
+    return _stack(
+        [t.bandwidth_gbps * 1e9 * t.efficiency / t.oversubscription for t in system.tiers]
+    )
+
+
 def tier_bandwidth_bytes_per_s(system: System) -> list:
     """Effective bandwidth of each tier, bytes/s per accelerator per direction."""
-    return [t.bandwidth_gbps * 1e9 * t.efficiency / t.oversubscription for t in system.tiers]
+    bw = _bandwidths(system)
+    return [bw[t] for t in range(len(system.tiers))]
+
+
+def _members(group, system: System, sm: Smoothing):
+    """``m_t`` of every tier as one array (see module docstring)."""
+    dom = _stack([t.domain for t in system.tiers])
+    m = jnp.ones_like(dom)
+    for size, stride in group:
+        m = m * sm.clamp(safe_div(dom, stride, 1.0), 1.0, jnp.maximum(size, 1.0))
+    return m
 
 
 def members_per_tier(group, system: System, sm: Smoothing) -> list:
@@ -61,20 +84,15 @@ def members_per_tier(group, system: System, sm: Smoothing) -> list:
     Args:
         group: sequence of ``(size, stride)`` pairs.
     """
-    out = []
-    for tier in system.tiers:
-        m = 1.0
-        for size, stride in group:
-            m = m * sm.clamp(safe_div(tier.domain, stride, 1.0), 1.0, jnp.maximum(size, 1.0))
-        out.append(m)
-    return out
+    m = _members(group, system, sm)
+    return [m[t] for t in range(len(system.tiers))]
 
 
 def _fans(group, system: System, sm: Smoothing):
-    m = members_per_tier(group, system, sm)
-    prev = [1.0] + m[:-1]
+    m = _members(group, system, sm)
+    prev = jnp.concatenate([jnp.ones_like(m[:1]), m[:-1]])
     # m_t >= m_{t-1} holds for nested domains; max() keeps r_t >= 1 under smoothing noise.
-    r = [jnp.maximum(safe_div(mt, mp, 1.0), 1.0) for mt, mp in zip(m, prev, strict=True)]
+    r = jnp.maximum(safe_div(m, prev, 1.0), 1.0)
     return m, prev, r
 
 
@@ -85,11 +103,9 @@ def reduce_scatter_coeffs(group, system: System, sm: Smoothing):
     group compute the coefficients once.
     """
     _, prev, r = _fans(group, system, sm)
-    bw = tier_bandwidth_bytes_per_s(system)
-    lat, per_byte = 0.0, 0.0
-    for t, tier in enumerate(system.tiers):
-        lat = lat + (r[t] - 1.0) * tier.latency_us * 1e-6
-        per_byte = per_byte + (r[t] - 1.0) / r[t] / (prev[t] * bw[t])
+    lat_s = _stack([t.latency_us for t in system.tiers]) * 1e-6
+    lat = jnp.sum((r - 1.0) * lat_s, axis=0)
+    per_byte = jnp.sum((r - 1.0) / r / (prev * _bandwidths(system)), axis=0)
     return lat, per_byte
 
 
@@ -121,28 +137,22 @@ def all_to_all_time(size_bytes, group, system: System, sm: Smoothing, dedup_copi
     """
     m, prev, r = _fans(group, system, sm)
     g = m[-1]
-    bw = tier_bandwidth_bytes_per_s(system)
+    bw = _bandwidths(system)
     k = jnp.maximum(dedup_copies, 1.0)
-    total = 0.0
-    for t, tier in enumerate(system.tiers):
-        share = safe_div(m[t] - prev[t], g)
-        if t > 0:
-            n = safe_div(g, prev[t], 1.0)
-            many = n > 1.0 + 1e-9
-            log_miss = jnp.log1p(-1.0 / jnp.where(many, n, 2.0))
-            distinct = jnp.where(many, n * (1.0 - jnp.exp(k * log_miss)) / k, 1.0)
-            share = share * jnp.where(dedup_copies > 0, distinct, 1.0)
-        total = total + sm.step(r[t] - 1.0) * tier.latency_us * 1e-6
-        total = total + size_bytes * share / bw[t]
-    return total
+    share = safe_div(m - prev, g)
+    n = safe_div(g, prev, 1.0)
+    many = n > 1.0 + 1e-9
+    log_miss = jnp.log1p(-1.0 / jnp.where(many, n, 2.0))
+    distinct = jnp.where(many, n * (1.0 - jnp.exp(k * log_miss)) / k, 1.0)
+    outer = jnp.arange(m.shape[0]).reshape((-1,) + (1,) * (m.ndim - 1)) > 0
+    share = share * jnp.where(outer & (dedup_copies > 0), distinct, 1.0)
+    lat_s = _stack([t.latency_us for t in system.tiers]) * 1e-6
+    return jnp.sum(sm.step(r - 1.0) * lat_s + size_bytes * share / bw, axis=0)
 
 
 def p2p_time(size_bytes, group, system: System, sm: Smoothing):
     """Send ``size_bytes`` to the next rank of a (pipeline) group: the slowest tier crossed."""
     _, _, r = _fans(group, system, sm)
-    bw = tier_bandwidth_bytes_per_s(system)
-    per_tier = [
-        sm.step(r[t] - 1.0) * (tier.latency_us * 1e-6 + size_bytes / bw[t])
-        for t, tier in enumerate(system.tiers)
-    ]
-    return sm.max(*per_tier)
+    lat_s = _stack([t.latency_us for t in system.tiers]) * 1e-6
+    per_tier = sm.step(r - 1.0) * (lat_s + size_bytes / _bandwidths(system))
+    return sm.max_reduce(per_tier, axis=0)

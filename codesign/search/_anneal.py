@@ -68,9 +68,14 @@ class Settings:
     """Layout moves of the local search: this many nearest valid layouts."""
     max_local_iters: int = 100
     polish_steps: int = 150
-    """Bandwidth polish: relaxed steps over the free tier bandwidths with the layout and
-    strategy of a local-search result fixed (0 turns the polish off)."""
+    """Hardware polish: relaxed steps over the free continuous hardware knobs with the layout
+    and strategy of a local-search result pinned (0 turns the polish off); it runs the last
+    segments of the main search's compiled program, with every start."""
+    fast_compile: bool = False
+    """Compile the relaxed search without XLA's backend optimizations: about half the
+    compile time, a few times slower per step (worth it when the search runs once)."""
     polish_starts: int = 4
+    """Unused (the polish runs every start of the compiled search); kept for old callers."""
 
 
 def _optimizer(s: Settings):
@@ -112,7 +117,8 @@ def _compiled_segment(settings: Settings, length: int, space: relax.Space):
         (p, st), hist = jax.lax.scan(body, (p, st), t0 + jnp.arange(length))
         return p, st, hist
 
-    return jax.jit(jax.vmap(one, in_axes=(0, 0, None, 0, None)))
+    opts = {"xla_backend_optimization_level": 0} if settings.fast_compile else None
+    return jax.jit(jax.vmap(one, in_axes=(0, 0, None, 0, None)), compiler_options=opts)
 
 
 def categorical_combos(problem: Problem) -> list[tuple]:
@@ -129,13 +135,16 @@ def relaxed_search(
     key=None,
     space=None,
     adjust=None,
+    first_segment: int = 0,
 ) -> dict:
     """Run the multi-start relaxed optimization; host arrays per start.
 
     ``progress`` is an optional callable ``progress(done_steps)`` called after each segment.
     ``adjust(params, boxes) -> (params, boxes)`` may change the initial parameters and the
     per-start boxes (with ``train_mask``) before the run, without recompiling: the polish
-    of :func:`codesign.search._local.polish_bandwidths` pins a layout that way.
+    of :func:`codesign.search._local.polish_bandwidths` pins a layout that way, and runs only
+    the last segments (``first_segment``: the later, colder part of the temperature and
+    penalty schedules, with a fresh learning-rate schedule).
     """
     space = relax.space_of(problem) if space is None else space
     box = relax.box_of(problem)
@@ -167,7 +176,7 @@ def relaxed_search(
     length = settings.steps // segs
     fn = _compiled_segment(settings, length, space)
     hists = []
-    for i in range(segs):
+    for i in range(min(first_segment, segs - 1), segs):
         p, st, h = fn(p, st, jnp.asarray(i * length), boxes, base)
         hists.append(h)
         if progress is not None:

@@ -141,6 +141,8 @@ def polish_bandwidths(
         seed=seed,
         space=space,
         adjust=_pin(disc, point, space, relax.box_of(disc.problem)),
+        first_segment=settings.segments
+        - max(1, round(settings.segments * settings.polish_steps / settings.steps)),
     )
     ok = np.asarray(rs["violation"]) <= 1e-3
     score = np.where(ok, np.asarray(rs["objective"]), np.inf)
