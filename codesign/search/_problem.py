@@ -154,7 +154,9 @@ class Problem:
     def with_values(self, **changes) -> Problem:
         """A copy with some axes replaced: ``tp=[...]``, ``num_accelerators=[...]``,
         ``bandwidth={tier index: [...]}``, ``capex_max_usd=...``, ``power_max_kw=...``,
-        ``objective=...`` (the base configuration is adjusted to the new grid)."""
+        ``objective=...``, ``hardware={leaf path: [...]}``, ``platforms=[...]`` (names among the
+problem's platforms), ``placements=[...]`` and any constraint by name (the base
+configuration is adjusted to the new grid)."""
         sv = dict(self.strategy_values)
         hv = dict(self.hardware_values)
         kw = {}
@@ -171,8 +173,14 @@ class Problem:
             elif k == "hardware":  # {leaf path: values}
                 for path, vals in v.items():
                     hv[path] = tuple(sorted(float(x) for x in vals))
-            elif k in ("platforms", "placements"):
-                kw[k] = tuple(tuple(x) if k == "placements" else x for x in v)
+            elif k == "placements":
+                kw[k] = tuple(tuple(x) for x in v)
+            elif k == "platforms":  # Platform objects, or names among this problem's platforms
+                known = {str(p): p for p in self.platforms}
+                bad = [x for x in v if not hasattr(x, "table") and str(x) not in known]
+                if bad:
+                    raise SpecError("with_values.platforms", bad[0], f"one of {sorted(known)}")
+                kw[k] = tuple(x if hasattr(x, "table") else known[str(x)] for x in v)
             elif k in (*CONSTRAINTS, "objective", "name", "mode", "title"):
                 kw[k] = v
             else:

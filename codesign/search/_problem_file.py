@@ -279,8 +279,15 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
     if placements is not None:
         if not isinstance(placements, list) or not placements:
             raise SpecError("search.placement", placements, "a list of placement orders")
-        for pl in placements:
-            placement_ranks(pl)  # checks the order
+        for i, pl in enumerate(placements):
+            if not isinstance(pl, list):
+                raise SpecError(
+                    "search.placement", placements, "a list of placement orders (lists of names)"
+                )
+            try:
+                placement_ranks(pl)  # checks the order
+            except SpecError as e:
+                raise SpecError(f"search.placement[{i}]", pl, e.allowed) from None
         placements = tuple(dict.fromkeys(tuple(pl) for pl in placements))
         doc.setdefault("strategy", {})
         doc["strategy"] = {**(doc["strategy"] or {}), "placement": list(placements[0])}
