@@ -170,9 +170,12 @@ def _cmd_optimize(args) -> int:
     from codesign.search import Settings, choose_method, load_problem, solve
 
     pb = load_problem(args.problem)
+    # A command runs its search once: compile it for a fast start (fast_compile), not for
+    # the fastest steps.
     settings = Settings(
         steps=args.steps if args.steps is not None else Settings.steps,
         starts=args.starts if args.starts is not None else Settings.starts,
+        fast_compile=True,
     )
     if args.pareto is not None:
         from codesign.cli._pareto import run_pareto

@@ -113,7 +113,7 @@ _BASE_PATHS = {
 
 
 @functools.cache
-def _compiled_points(objective: str):
+def _compiled_points(objective: str, fast_compile: bool = False):
     def run(base, cols, bounds):
         def point(vals):
             specs = base
@@ -126,7 +126,8 @@ def _compiled_points(objective: str):
 
         return jax.vmap(point)(cols)
 
-    return jax.jit(run)
+    opts = {"xla_backend_optimization_level": 0} if fast_compile else None
+    return jax.jit(run, compiler_options=opts)
 
 
 class ExactEvaluator:
@@ -140,8 +141,9 @@ class ExactEvaluator:
     CHUNK = 512
     """Points per call of the compiled evaluator."""
 
-    def __init__(self, problem: Problem):
+    def __init__(self, problem: Problem, fast_compile: bool = False):
         self.problem = problem
+        self.fast_compile = fast_compile
         self.axes = problem.exhaustive_axes()
         self.paths = list(self.axes)
         self.values = [list(v) for v in self.axes.values()]
@@ -200,7 +202,7 @@ class ExactEvaluator:
         n = idx.shape[0]
         m = -(-n // self.CHUNK) * self.CHUNK
         pad = np.concatenate([idx, np.repeat(idx[:1], m - n, axis=0)]) if m > n else idx
-        fn = _compiled_points(self.problem.objective)
+        fn = _compiled_points(self.problem.objective, self.fast_compile)
         outs = []
         for i in range(0, m, self.CHUNK):
             cols = jax.tree_util.tree_map(jnp.asarray, self.columns(pad[i : i + self.CHUNK]))

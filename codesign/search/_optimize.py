@@ -127,7 +127,7 @@ def optimize(
     if bar is not None:
         bar.close()
         bar = tqdm(desc="exact discretization", unit="iter", total=None)
-    ev = ExactEvaluator(problem)
+    ev = ExactEvaluator(problem, fast_compile=settings.fast_compile)
     disc = Discretizer(problem, ev)
     trace: list = []
     radius = 0

@@ -153,10 +153,10 @@ class Problem:
 
     def with_values(self, **changes) -> Problem:
         """A copy with some axes replaced: ``tp=[...]``, ``num_accelerators=[...]``,
-        ``bandwidth={tier index: [...]}``, ``capex_max_usd=...``, ``power_max_kw=...``,
-        ``objective=...``, ``hardware={leaf path: [...]}``, ``platforms=[...]`` (names among the
-problem's platforms), ``placements=[...]`` and any constraint by name (the base
-configuration is adjusted to the new grid)."""
+                ``bandwidth={tier index: [...]}``, ``capex_max_usd=...``, ``power_max_kw=...``,
+                ``objective=...``, ``hardware={leaf path: [...]}``, ``platforms=[...]`` (names among the
+        problem's platforms), ``placements=[...]`` and any constraint by name (the base
+        configuration is adjusted to the new grid)."""
         sv = dict(self.strategy_values)
         hv = dict(self.hardware_values)
         kw = {}
