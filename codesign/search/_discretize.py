@@ -167,6 +167,40 @@ class Discretizer:
         out += [self.compose(int(lay), c, b) for lay in lays[:k_all] for c in all_cats for b in bws]
         return out
 
+    def axis_moves(self, point: tuple, pairs: bool = True) -> list[tuple]:
+        """Points whose layout differs from ``point``'s along one layout axis, to any of its
+        values, or (``pairs``) along two axes at once, to any pair of values, with every
+        categorical combination (recompute, ZeRO, platform, placement); the bandwidths kept.  These moves cross gaps that single steps cannot (a constraint
+        that excludes the layouts in between, or a pipeline depth that only pays off with
+        another microbatch or accelerator count)."""
+        lay, cat, bw = self.split(point)
+        if lay is None:
+            return []
+        row = tuple(int(i) for i in self.layouts[lay])
+        sizes = [self.ev.shape[a] for a in self.layout_axes]
+        cats = list(itertools.product(*[range(self.ev.shape[a]) for a in self.cat_axes]))
+        out = []
+        seen = {row}
+
+        def add(r):
+            if r not in seen:
+                seen.add(r)
+                j = self._index.get(r)
+                if j is not None:
+                    out.extend(self.compose(j, c, bw) for c in cats)
+
+        for i, n in enumerate(sizes):
+            for v in range(n):
+                add(row[:i] + (v,) + row[i + 1 :])
+        if pairs:
+            for i, j in itertools.combinations(range(len(sizes)), 2):
+                for vi in range(sizes[i]):
+                    for vj in range(sizes[j]):
+                        r = list(row)
+                        r[i], r[j] = vi, vj
+                        add(tuple(r))
+        return out
+
     def neighbours(self, point: tuple, k_layouts: int) -> list[tuple]:
         """The local-search neighbourhood of a point (see the module docstring)."""
         lay, cat, bw = self.split(point)

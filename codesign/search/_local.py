@@ -37,8 +37,11 @@ def local_search(
     max_iters: int = 100,
     trace=None,
     progress=None,
+    deep: bool = True,
 ):
     """Best-improvement search on the grid from ``start``; returns ``(point, value, iters)``.
+    When no neighbour improves and ``deep``, moves along whole layout axes (one, or two at
+    once: :meth:`Discretizer.axis_moves`) are tried before stopping.
 
     Points compare by :meth:`ExactEvaluator.keys`, so a search that starts infeasible (a
     rounding just over the budget) first walks into the feasible set."""
@@ -46,15 +49,44 @@ def local_search(
     cur = tuple(start)
     cur_k = ev.keys([cur])[0]
     it = 0
+
+    def better(a, b):
+        return a[0] < b[0] or (a[0] == b[0] and a[1] < b[1] * (1.0 - 1e-12))
+
     for it in range(1, max_iters + 1):  # noqa: B007
         nb = disc.neighbours(cur, k_layouts)
         if not nb:
             break
         ks = ev.keys(nb)
         j = min(range(len(nb)), key=lambda i: ks[i])
-        improved = ks[j][0] < cur_k[0] or (
-            ks[j][0] == cur_k[0] and ks[j][1] < cur_k[1] * (1.0 - 1e-12)
-        )
+        improved = better(ks[j], cur_k)
+        if not improved and deep:
+            # Stalled: moves along whole axes, one or two at a time (coupled changes) ...
+            nb = disc.axis_moves(cur)
+            if nb:
+                ks = ev.keys(nb)
+                j = min(range(len(nb)), key=lambda i: ks[i])
+                improved = better(ks[j], cur_k)
+            if nb and not improved:
+                # ... and, from the best few of them on distinct layouts, a short plain local
+                # search (which also moves the bandwidths: a layout that needs another
+                # bandwidth to pay off under a budget).
+                order = sorted(range(len(nb)), key=lambda i: ks[i])
+                lays: set = set()
+                best_q, best_qk = None, cur_k
+                for i in order:
+                    lay = disc.layout_of(nb[i])
+                    if lay in lays or not math.isfinite(ks[i][1]):
+                        continue
+                    lays.add(lay)
+                    q, _, _ = local_search(disc, nb[i], k_layouts, 8, None, None, deep=False)
+                    qk = ev.keys([q])[0]
+                    if better(qk, best_qk):
+                        best_q, best_qk = q, qk
+                    if len(lays) >= 4:
+                        break
+                if best_q is not None:
+                    nb, ks, j, improved = [best_q], [best_qk], 0, True
         if improved:
             cur, cur_k = nb[j], ks[j]
         cur_v = cur_k[1] if cur_k[0] == 0 else math.inf
