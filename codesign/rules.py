@@ -71,6 +71,7 @@ __all__ = [
     "caps_of",
     "constrained_quantities",
     "within_caps",
+    "active_constraints",
     "log_excess",
     "infeasibility",
     "zero_fractions",
@@ -413,19 +414,23 @@ CONSTRAINTS = (
 ``1 / mfu_min`` on ``1 / MFU`` so that every constraint reads ``quantity <= cap``."""
 
 
-def constrained_quantities(report, system: System):
-    """The quantities of :data:`CONSTRAINTS` (``1 / MFU`` for ``mfu_min``), stacked."""
-    c = report.cost
-    return jnp.stack(
-        [
-            jnp.asarray(c["capex_usd"], dtype=float),
-            jnp.asarray(c["power_kw"], dtype=float),
-            jnp.asarray(c["network_capex_usd"], dtype=float),
-            jnp.asarray(c["time_to_train_days"], dtype=float),
-            jnp.asarray(system.num_accelerators, dtype=float),
-            1.0 / jnp.maximum(jnp.asarray(report.mfu, dtype=float), 1e-30),
-        ]
-    )
+_QUANTITIES = {
+    "capex_max_usd": lambda r, sy: r.cost["capex_usd"],
+    "power_max_kw": lambda r, sy: r.cost["power_kw"],
+    "network_capex_max_usd": lambda r, sy: r.cost["network_capex_usd"],
+    "time_to_train_max_days": lambda r, sy: r.cost["time_to_train_days"],
+    "num_accelerators_max": lambda r, sy: sy.num_accelerators + 0.0 * r.cost["capex_usd"],
+    "mfu_min": lambda r, sy: 1.0 / jnp.maximum(r.mfu, 1e-30),
+}
+
+
+def constrained_quantities(report, system: System, active=None):
+    """The quantities of :data:`CONSTRAINTS` (``1 / MFU`` for ``mfu_min``), stacked; only
+    those at the indices ``active`` (static) when given: a compiled sweep then computes
+    nothing for a constraint that the problem does not set."""
+    idx = range(len(CONSTRAINTS)) if active is None else active
+    q = [_QUANTITIES[CONSTRAINTS[i]](report, system) for i in idx]
+    return jnp.stack([jnp.asarray(x, dtype=float) for x in jnp.broadcast_arrays(*q)])
 
 
 def caps_of(constraints: dict) -> list[float]:
@@ -437,9 +442,18 @@ def caps_of(constraints: dict) -> list[float]:
     return out
 
 
-def within_caps(report, system: System, caps):
-    """``(len(CONSTRAINTS),)`` booleans: each quantity within its cap."""
-    return constrained_quantities(report, system) <= caps
+def active_constraints(caps) -> tuple[int, ...]:
+    """Indices of the finite caps (host values): the constraints a problem sets."""
+    return tuple(i for i, c in enumerate(caps) if math.isfinite(float(c)))
+
+
+def within_caps(report, system: System, caps, active=None):
+    """Each quantity within its cap (``(len(active),)`` booleans; all constraints when
+    ``active`` is None)."""
+    idx = tuple(range(len(CONSTRAINTS))) if active is None else active
+    if not idx:
+        return jnp.zeros((0,), dtype=bool)
+    return constrained_quantities(report, system, idx) <= jnp.stack([caps[i] for i in idx])
 
 
 def feasible(report, system: System, caps):
@@ -454,12 +468,16 @@ def log_excess(x, cap):
     return jnp.where(ok, jnp.maximum(jnp.log(x) - jnp.log(jnp.where(ok, cap, 1.0)), 0.0), 0.0)
 
 
-def infeasibility(report, system: System, caps):
+def infeasibility(report, system: System, caps, active=None):
     """How far a configuration is from feasibility: the sum of the log-ratio excesses of
     memory over HBM and of every constrained quantity over its cap (0 when feasible), so a
     search can walk from an infeasible point into the feasible set."""
     excess = jnp.maximum(jnp.log(report.memory_gb["total"] / system.accelerator.hbm_gb), 0.0)
-    return excess + jnp.sum(log_excess(constrained_quantities(report, system), caps))
+    idx = tuple(range(len(CONSTRAINTS))) if active is None else active
+    if not idx:
+        return excess
+    q = constrained_quantities(report, system, idx)
+    return excess + jnp.sum(log_excess(q, jnp.stack([caps[i] for i in idx])))
 
 
 def check_all(

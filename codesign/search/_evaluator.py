@@ -19,7 +19,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from codesign.rules import caps_of, infeasibility, valid_mask, with_derived_dp, within_caps
+from codesign.rules import (
+    CONSTRAINTS,
+    active_constraints,
+    caps_of,
+    infeasibility,
+    valid_mask,
+    with_derived_dp,
+    within_caps,
+)
 from codesign.search._grid import (
     OBJECTIVES,
     PLATFORM,
@@ -52,13 +60,15 @@ valid points; one per constraint of :data:`codesign.rules.CONSTRAINTS`): what th
 counts, so an empty result can say which rule excluded the grid."""
 
 
-def exact_point(specs: dict, caps, objective: str):
+def exact_point(specs: dict, caps, objective: str, active=None):
     """``(value, checks, excess)`` of one configuration (traced).
 
     ``value`` is the objective where the point is valid and feasible, else ``inf``;
     ``checks`` the tuple of booleans of :data:`CHECKS`; ``excess`` is 0 when feasible, the log-ratio
     distance to feasibility (at least 1e-12) when valid but infeasible, and ``inf`` when
-    invalid.  ``caps`` is the vector of :func:`codesign.rules.caps_of`.
+    invalid.  ``caps`` is the vector of :func:`codesign.rules.caps_of`; ``active`` (static)
+    the indices of the constraints to check (default: all; a sweep passes the finite ones so
+    that it computes nothing for the others).
     """
     r = evaluate_unchecked(
         specs["model"],
@@ -69,12 +79,19 @@ def exact_point(specs: dict, caps, objective: str):
         EXACT,
     )
     valid = valid_mask(specs)
-    within = within_caps(r, specs["system"], caps)
+    idx = tuple(range(len(CONSTRAINTS))) if active is None else tuple(active)
+    within = within_caps(r, specs["system"], caps, idx)
     feas = valid & r.fits & jnp.all(within)
     value = jnp.where(feas, OBJECTIVES[objective](r), jnp.inf)
-    ex = infeasibility(r, specs["system"], caps)
+    ex = infeasibility(r, specs["system"], caps, idx)
     excess = jnp.where(valid, jnp.where(feas, 0.0, jnp.maximum(ex, 1e-12)), jnp.inf)
-    checks = (valid, feas, valid & r.fits, *(valid & within[i] for i in range(within.shape[0])))
+    ok = {i: within[j] for j, i in enumerate(idx)}
+    checks = (
+        valid,
+        feas,
+        valid & r.fits,
+        *(valid & ok[i] if i in ok else valid for i in range(len(CONSTRAINTS))),
+    )
     return value, checks, excess
 
 
@@ -113,7 +130,7 @@ _BASE_PATHS = {
 
 
 @functools.cache
-def _compiled_points(objective: str, fast_compile: bool = False):
+def _compiled_points(objective: str, fast_compile: bool = False, active=None):
     def run(base, cols, bounds):
         def point(vals):
             specs = base
@@ -121,7 +138,7 @@ def _compiled_points(objective: str, fast_compile: bool = False):
             # accelerator and tier 0) must go first, the leaves under it after.
             for path in sorted(vals, key=lambda p: p != PLATFORM):
                 specs = set_leaf(specs, path, vals[path])
-            value, checks, excess = exact_point(with_derived_dp(specs), bounds, objective)
+            value, checks, excess = exact_point(with_derived_dp(specs), bounds, objective, active)
             return value, checks[0], excess
 
         return jax.vmap(point)(cols)
@@ -202,7 +219,11 @@ class ExactEvaluator:
         n = idx.shape[0]
         m = -(-n // self.CHUNK) * self.CHUNK
         pad = np.concatenate([idx, np.repeat(idx[:1], m - n, axis=0)]) if m > n else idx
-        fn = _compiled_points(self.problem.objective, self.fast_compile)
+        fn = _compiled_points(
+            self.problem.objective,
+            self.fast_compile,
+            active_constraints(caps_of(self.problem.constraints)),
+        )
         outs = []
         for i in range(0, m, self.CHUNK):
             cols = jax.tree_util.tree_map(jnp.asarray, self.columns(pad[i : i + self.CHUNK]))

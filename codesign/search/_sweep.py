@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
-from codesign.rules import CONSTRAINTS, caps_of, with_derived_dp
+from codesign.rules import CONSTRAINTS, active_constraints, caps_of, with_derived_dp
 from codesign.search._evaluator import CHECKS, base_specs, exact_point
 from codesign.search._grid import OBJECTIVES, axis_table, config_at, set_leaf, take
 from codesign.specs import SpecError
@@ -90,7 +90,7 @@ def _split_point(shape, max_block: int) -> int:
 
 @functools.cache
 def _compiled_call(
-    treedef, paths, shape, split, derive_dp, objective, k, n_steps, devices, n_checks
+    treedef, paths, shape, split, derive_dp, objective, k, n_steps, devices, n_checks, active
 ):
     """One compiled, sharded reducer per grid structure (values are arguments: no recompile).
 
@@ -104,7 +104,7 @@ def _compiled_call(
     inner = int(np.prod(inner_shape))
 
     def point(specs, bounds):
-        value, checks, _ = exact_point(specs, bounds, objective)
+        value, checks, _ = exact_point(specs, bounds, objective, active)
         return value, checks[:n_checks]  # the others are compiled away
 
     def with_dp(specs):
@@ -244,6 +244,12 @@ def sweep(
     k = int(min(top_k, n_total))
     itype = jnp.int64 if jax.config.jax_enable_x64 else jnp.int32
     n_checks = len(CHECKS) if diagnose else 2  # valid and feasible only, unless diagnosing
+    cons = {"capex_max_usd": capex_max_usd, "power_max_kw": power_max_kw, **(constraints or {})}
+    bad = sorted(set(cons) - set(CONSTRAINTS))
+    if bad:
+        raise SpecError(f"constraints.{bad[0]}", cons[bad[0]], f"one of {list(CONSTRAINTS)}")
+    caps = caps_of(cons)
+    bounds = jnp.asarray(caps, dtype=jnp.result_type(float))
     call = _compiled_call(
         jax.tree_util.tree_structure(base),
         tuple(paths),
@@ -255,14 +261,10 @@ def sweep(
         n_steps,
         tuple(devices),
         n_checks,
+        active_constraints(caps),
     )
     tables_dev = tuple(jax.tree_util.tree_map(jnp.asarray, t) for t in tables)
     inner_idx_dev = tuple(jnp.asarray(i, dtype=itype) for i in inner_idx)
-    cons = {"capex_max_usd": capex_max_usd, "power_max_kw": power_max_kw, **(constraints or {})}
-    bad = sorted(set(cons) - set(CONSTRAINTS))
-    if bad:
-        raise SpecError(f"constraints.{bad[0]}", cons[bad[0]], f"one of {list(CONSTRAINTS)}")
-    bounds = jnp.asarray(caps_of(cons), dtype=jnp.result_type(float))
     n_calls = -(-n_outer // per_call)
     best_v = np.full((0,), np.inf)
     best_i = np.zeros((0,), np.int64)
