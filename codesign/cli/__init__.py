@@ -41,6 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     # found here is no sign of a user's wish: CODESIGN_XLA_LOG=1 keeps the log as it is.
     if not os.environ.get("CODESIGN_XLA_LOG"):
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    # One JAX CPU device per core, so that a sweep shards over all of them (unless the
+    # user's XLA_FLAGS says otherwise; accelerator backends are unaffected).
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        n = os.cpu_count() or 1
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n}".strip()
     import warnings
 
     def one_line(message, category, filename, lineno, file=None, line=None):

@@ -33,9 +33,9 @@ __all__ = ["METHODS", "choose_method", "solve", "pareto", "SWEEP_POINTS_PER_S", 
 METHODS = ("auto", "relaxed", "sweep")
 _DEFAULT = Settings()
 
-SWEEP_POINTS_PER_S = 5e6
-"""Exact points per second per CPU device of the sweep (about 1e7/s on 2 cores, measured by
-``experiments/bench_codesign.py``'s scaling study; rounded down)."""
+SWEEP_POINTS_PER_S = 3e6
+"""Exact points per second per CPU device of the sweep (2-7e6 measured on a loaded 2-core
+CPU by ``experiments/bench_codesign.py``; ``codesign`` gives JAX one CPU device per core)."""
 SWEEP_COMPILE_S = 5.0
 """The sweep's compile, seconds (3-6 s measured)."""
 RELAXED_COLD_S = 25.0
