@@ -227,7 +227,9 @@ def run_problem(label: str, pb, settings: Settings, seen_spaces: set, args) -> d
         "ex_warm_s": ex_warm,
         "ex_cold_s": ex_cold,
         "random": None,
-        "point": {k: (v if isinstance(v, str) else float(v)) for k, v in opt.point.items()},
+        "point": {
+            k: (float(v) if isinstance(v, int | float) else str(v)) for k, v in opt.point.items()
+        },
     }
 
     rnd_text = "random skipped"

@@ -321,7 +321,6 @@ OPT_SETTINGS = Settings(steps=100, starts=12)
 
 PLATFORM_CASES = [
     # (platforms, objective): the sweep decides which platform is best
-    ([H100, B200, GB200], "step_time"),
     ([H100, B200, GB200], "cost_to_train"),  # gb200 beats b200 by 2 %
     ([H100, B200, GB200], "energy_to_train"),  # b200 beats gb200 by 10 %
     (["a100-sxm4-80gb", H100, "mi300x"], "cost_to_train"),
