@@ -27,7 +27,7 @@ CHECKS=(
   "presets accelerators|h100-sxm5-80gb"
   "evaluate run.toml|step time|memory/accelerator|capex"
   "sweep problem.toml --no-progress|exact optimum of the grid|exact evaluations  1,152"
-  "optimize problem.toml --no-progress --steps 30 --starts 4|relaxed objective|exact evaluations"
+  "optimize problem.toml --no-progress --steps 30 --starts 4 --method relaxed|relaxed objective|exact evaluations"
   "validate --no-report --random-splits 1 --steps 50 --data $REPO/codesign/data/measured_runs_megatron_bridge_2025.json|MAPE|Held-out"
 )
 
