@@ -148,6 +148,20 @@ def _fmt_r(x, nd: int = 4) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x:.{nd}f}"
 
 
+def _clear_compiled() -> None:
+    """Forget every compiled program (JAX's caches and codesign's cached builders)."""
+    from codesign.search import _anneal, _evaluator, _sweep
+
+    for f in (
+        _anneal._compiled_init,
+        _anneal._compiled_segment,
+        _evaluator._compiled_points,
+        _sweep._compiled_call,
+    ):
+        f.cache_clear()
+    jax.clear_caches()
+
+
 def load(stem: str, changes: dict):
     pb = load_problem(PROBLEMS / f"{stem}.toml")
     return pb.with_values(**changes) if changes else pb
@@ -1140,7 +1154,13 @@ def main() -> None:
     print(f"suite: {len(suite)} problems ({n_files} files + {len(suite) - n_files} variants)\n")
     seen: set = set()
     rows = []
-    for stem, label, changes in suite:
+    for i, (stem, label, changes) in enumerate(suite):
+        if i and not changes:
+            # A new problem file: drop the compiled programs of the previous ones (a budget
+            # variant reuses its file's).  One process that keeps ~25 problem structures
+            # compiled ran out of LLVM's JIT section memory on a 23 GB machine.
+            _clear_compiled()
+            seen.clear()
         rows.append(run_problem(label, load(stem, changes), settings, seen, args))
     t_suite = time.perf_counter() - t_all
     print(f"\nsuite done in {t_suite / 60:.1f} min\n", flush=True)
