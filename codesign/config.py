@@ -30,7 +30,7 @@ from codesign._catalog import (
     catalog_dir,
     data_dir,
 )
-from codesign.pricing import pricing_preset
+from codesign.pricing import ACCELERATOR_KNOBS, pricing_preset
 from codesign.rules import check_strategy
 from codesign.specs import (
     DEFAULT_PLACEMENT,
@@ -91,7 +91,7 @@ class RunConfig:
         return self.model, self.training, self.system, self.strategy, self.efficiency
 
 
-_ACCEL_REFS = ("hbm_gb", "hbm_tbps", "peak_tflops", "host_link_gbps")
+_ACCEL_REFS = ACCELERATOR_KNOBS
 _TIER_REFS = ("domain", "latency_us", "oversubscription")
 
 

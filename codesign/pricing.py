@@ -88,24 +88,23 @@ def _ref(x, ref):
     return jnp.where(ref > 0, x - ref, 0.0)
 
 
+def _marginal(acc, pricing: Pricing, listed, prefix: str):
+    """``listed + sum_k <prefix><unit_k> (x_k - ref_k)`` over :data:`ACCELERATOR_KNOBS`."""
+    out = listed
+    for k in ACCELERATOR_KNOBS:
+        coeff = getattr(pricing, f"{prefix}{_UNIT[k]}")
+        out = out + coeff * _ref(getattr(acc, k), getattr(acc, f"ref_{k}"))
+    return out
+
+
 def accelerator_price_usd(acc, pricing: Pricing):
     """Price of an accelerator whose knobs may differ from the listed part (module doc)."""
-    out = acc.price_usd
-    for k in ACCELERATOR_KNOBS:
-        out = out + getattr(pricing, f"usd_per_{_UNIT[k]}") * _ref(
-            getattr(acc, k), getattr(acc, f"ref_{k}")
-        )
-    return out
+    return _marginal(acc, pricing, acc.price_usd, "usd_per_")
 
 
 def accelerator_power_w(acc, pricing: Pricing):
     """Power of an accelerator whose knobs may differ from the listed part (module doc)."""
-    out = acc.power_w
-    for k in ACCELERATOR_KNOBS:
-        out = out + getattr(pricing, f"w_per_{_UNIT[k]}") * _ref(
-            getattr(acc, k), getattr(acc, f"ref_{k}")
-        )
-    return out
+    return _marginal(acc, pricing, acc.power_w, "w_per_")
 
 
 def _ratio(ref, x):

@@ -15,9 +15,10 @@ import math
 import numpy as np
 
 from codesign.config import RunConfig
+from codesign.pricing import ACCELERATOR_KNOBS
 from codesign.rules import CONSTRAINTS, derive_dp
 from codesign.search._grid import PLATFORM, set_leaf, specs_of
-from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES, SpecError, placement_ranks
+from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES, Accelerator, SpecError, placement_ranks
 
 __all__ = [
     "Problem",
@@ -30,15 +31,8 @@ __all__ = [
     "TIER_KNOBS",
 ]
 
-_ACCEL_FIELDS = (
-    "peak_tflops",
-    "peak_tflops_fp8",
-    "peak_tflops_fp4",
-    "hbm_gb",
-    "hbm_tbps",
-    "power_w",
-    "price_usd",
-    "host_link_gbps",
+_ACCEL_FIELDS = tuple(
+    f.name for f in dataclasses.fields(Accelerator) if not f.name.startswith("ref_")
 )
 
 STRATEGY_AXES = ("tp", "pp", "cp", "ep", "microbatch", "interleave", "recompute", "zero")
@@ -51,8 +45,8 @@ RELAX_OBJECTIVES = (
     "usd_per_token",
     "energy_to_train",
 )
-ACCELERATOR_KNOBS = ("hbm_gb", "hbm_tbps", "peak_tflops", "host_link_gbps")
-"""``[search.hardware]`` keys: accelerator fields searched as continuous axes."""
+# ``[search.hardware]`` keys: the accelerator fields with a marginal price, searched as
+# continuous axes (codesign.pricing.ACCELERATOR_KNOBS).
 TIER_KNOBS = ("bandwidth_gbps", "latency_us", "oversubscription")
 """``[[search.tiers]]`` fields searched as continuous axes (``domain`` is a layout axis)."""
 MODES = ("codesign", "strategy", "hardware")
