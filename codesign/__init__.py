@@ -67,6 +67,7 @@ _SUBMODULES = {
     "rules",
     "runfile",
     "search",
+    "sensitivity",
     "smoothing",
     "specs",
     "step",

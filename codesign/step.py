@@ -47,6 +47,7 @@ __all__ = [
     "Report",
     "evaluate",
     "evaluate_unchecked",
+    "evaluate_specs",
     "parallel_groups",
     "BREAKDOWN_KEYS",
     "MEMORY_KEYS",
@@ -399,6 +400,19 @@ def evaluate_unchecked(
 
 
 _evaluate_jit = jax.jit(evaluate_unchecked)
+
+
+def evaluate_specs(specs: dict, smoothing: Smoothing = EXACT) -> Report:
+    """:func:`evaluate_unchecked` of a specs dict (``model``, ``training``, ``system``,
+    ``strategy``, ``efficiency``), the form the grids and batch evaluators hold."""
+    return evaluate_unchecked(
+        specs["model"],
+        specs["training"],
+        specs["system"],
+        specs["strategy"],
+        specs["efficiency"],
+        smoothing,
+    )
 
 
 def _is_concrete_scalar_tree(tree) -> bool:

@@ -78,9 +78,8 @@ from codesign.calibration._unexpressible import Unexpressible
 from codesign.config import load_run_dict
 from codesign.rules import valid_mask, with_derived_dp
 from codesign.search._grid import specs_of
-from codesign.smoothing import EXACT
 from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES, SpecError
-from codesign.step import evaluate_unchecked
+from codesign.step import evaluate_specs
 
 TARGET = 0.15
 CHUNK = 4096
@@ -238,14 +237,7 @@ def _eval_chunk(base: dict, cols: dict):
     def one(c):
         st = dataclasses.replace(base["strategy"], **c)
         specs = with_derived_dp({**base, "strategy": st})
-        r = evaluate_unchecked(
-            specs["model"],
-            specs["training"],
-            specs["system"],
-            specs["strategy"],
-            specs["efficiency"],
-            EXACT,
-        )
+        r = evaluate_specs(specs)
         return r.step_time_s, valid_mask(specs), r.fits, r.memory_gb["total"]
 
     return jax.vmap(one)(cols)

@@ -38,8 +38,7 @@ from codesign.search._grid import (
     take,
 )
 from codesign.search._problem import DEGREE_AXES, Problem
-from codesign.smoothing import EXACT
-from codesign.step import evaluate_unchecked
+from codesign.step import evaluate_specs
 
 __all__ = ["CHECKS", "exact_point", "ExactEvaluator", "base_specs"]
 
@@ -70,14 +69,7 @@ def exact_point(specs: dict, caps, objective: str, active=None):
     the indices of the constraints to check (default: all; a sweep passes the finite ones so
     that it computes nothing for the others).
     """
-    r = evaluate_unchecked(
-        specs["model"],
-        specs["training"],
-        specs["system"],
-        specs["strategy"],
-        specs["efficiency"],
-        EXACT,
-    )
+    r = evaluate_specs(specs)
     valid = valid_mask(specs)
     idx = tuple(range(len(CONSTRAINTS))) if active is None else tuple(active)
     within = within_caps(r, specs["system"], caps, idx)

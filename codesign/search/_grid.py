@@ -49,7 +49,7 @@ OBJECTIVES = {
 }
 """Objectives (minimized) as functions of a :class:`~codesign.step.Report`."""
 
-_PATH_RE = re.compile(r"^([a-z_]+)(\[(\d+)\])?$")
+_PATH_RE = re.compile(r"^([a-z_][a-z0-9_]*)(\[(\d+)\])?$")
 
 
 def _split(path: str) -> list:
