@@ -42,6 +42,7 @@ __all__ = [
     "members_per_tier",
     "tier_bandwidth_bytes_per_s",
     "reduce_scatter_coeffs",
+    "reduce_scatter_tier_coeffs",
     "reduce_scatter_time",
     "all_gather_time",
     "all_reduce_time",
@@ -96,17 +97,22 @@ def _fans(group, system: System, sm: Smoothing):
     return m, prev, r
 
 
+def reduce_scatter_tier_coeffs(group, system: System, sm: Smoothing):
+    """``(latency_s, s_per_byte)`` of each tier's ring of a hierarchical reduce-scatter, as
+    arrays over the tiers (innermost first): tier ``t`` takes ``a_t + S * b_t``."""
+    _, prev, r = _fans(group, system, sm)
+    lat_s = _stack([t.latency_us for t in system.tiers]) * 1e-6
+    return (r - 1.0) * lat_s, (r - 1.0) / r / (prev * _bandwidths(system))
+
+
 def reduce_scatter_coeffs(group, system: System, sm: Smoothing):
     """``(latency_s, s_per_byte)`` of a hierarchical ring reduce-scatter: time = a + S * b.
 
     Collectives are affine in the buffer size, so callers that need several sizes over one
     group compute the coefficients once.
     """
-    _, prev, r = _fans(group, system, sm)
-    lat_s = _stack([t.latency_us for t in system.tiers]) * 1e-6
-    lat = jnp.sum((r - 1.0) * lat_s, axis=0)
-    per_byte = jnp.sum((r - 1.0) / r / (prev * _bandwidths(system)), axis=0)
-    return lat, per_byte
+    lat, per_byte = reduce_scatter_tier_coeffs(group, system, sm)
+    return jnp.sum(lat, axis=0), jnp.sum(per_byte, axis=0)
 
 
 def reduce_scatter_time(size_bytes, group, system: System, sm: Smoothing):

@@ -125,12 +125,18 @@ def accelerator_preset(name: str, **overrides) -> Accelerator:
     return _fill(Accelerator, t, "system", skip={"scale_up", "scale_up_domain", "scale_out"})
 
 
+def _cross_site(table: dict) -> float:
+    """A fabric of kind ``scale-across`` joins sites (``Tier.cross_site``)."""
+    return 1.0 if table.get("kind") == "scale-across" else 0.0
+
+
 def tier_preset(name: str, num_accelerators: float | None = None, **overrides) -> Tier:
     """A :class:`Tier` from the fabric catalog; ``domain = 0`` means the whole cluster."""
     t = _preset("fabrics", name, "system.tiers.preset")
     listed = dict(t)
     t.update(overrides)
     t = _with_refs(t, listed, _TIER_REFS)
+    t.setdefault("cross_site", _cross_site(t))
     tier = _fill(Tier, t, "system.tiers")
     if tier.domain == 0 and num_accelerators is not None:
         tier = dataclasses.replace(tier, domain=float(num_accelerators))
@@ -290,6 +296,7 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
         listed = dict(tb)
         tb.update(td)
         tb = _with_refs(tb, listed, _TIER_REFS)
+        tb.setdefault("cross_site", _cross_site(tb))
         tier = _fill(Tier, tb, f"system.tiers[{i}]")
         if tier.domain == 0:
             tier = dataclasses.replace(tier, domain=n)
@@ -346,6 +353,9 @@ STRATEGY_NUMBERS = (  # [strategy] keys that are numbers
     "recompute_fraction",
     "offload_activations",
     "offload_optimizer",
+    "outer_sync_interval",
+    "outer_compression",
+    "outer_overlap",
 )
 
 

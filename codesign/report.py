@@ -74,6 +74,19 @@ def format_report(d: dict, cfg=None) -> str:
             f"microbatch={st.microbatch:g} interleave={st.interleave:g} sp={bool(st.sequence_parallel)} "
             f"recompute={rec} zero={int(st.zero.argmax())}"
         )
+        h = float(st.outer_sync_interval)
+        if h > 1:
+            sites = [
+                n
+                for n, t in zip(cfg.names["tiers"], cfg.system.tiers, strict=True)
+                if float(t.cross_site) > 0
+            ]
+            lines.append(
+                f"outer sync every {h:g} steps across {', '.join(sites) or 'no cross-site tier'} "
+                f"(DiLoCo; bytes x{float(st.outer_compression):g}, overlap "
+                f"{float(st.outer_overlap):g}); convergence is outside the model: tokens x"
+                f"{float(cfg.training.outer_tokens_factor):g} as given (training.outer_tokens_factor)"
+            )
         lines.append("")
     step = d["step_time_s"]
     lines.append(f"step time          {step:12.4f} s")

@@ -171,6 +171,11 @@ class Training:
     grad_reduce_bytes: float = 4.0
     """Bytes per gradient element, stored and reduced over data parallelism (Megatron: fp32
     main grads, 4; 2 when gradients are accumulated and reduced in bf16)."""
+    outer_tokens_factor: float = 1.0
+    """Tokens to train with reduced-frequency synchronization (``Strategy.outer_sync_interval``
+    > 1) over those of synchronous training: the convergence penalty of DiLoCo-style
+    training, which the step model does not predict and the user supplies (e.g. from the
+    DiLoCo scaling laws of Charles et al. 2025, arXiv:2503.09799).  1: no penalty."""
     precision: str = struct.field(pytree_node=False, default="bf16")
     """GEMM precision: ``bf16``/``fp16`` (half-precision peak) or ``fp8`` (FP8 peak)."""
 
@@ -235,6 +240,10 @@ class Tier:
     """The listed latency (see ``ref_domain``)."""
     ref_oversubscription: float = 0.0
     """The listed oversubscription (see ``ref_domain``)."""
+    cross_site: float = 0.0
+    """1: this tier joins sites (buildings, regions; fabric presets of kind
+    ``scale-across``): the tier that reduced-frequency synchronization (DiLoCo, see
+    :attr:`Strategy.outer_sync_interval`) crosses only every ``H`` steps."""
 
 
 @struct.dataclass(kw_only=True)
@@ -328,6 +337,17 @@ class Strategy:
     moe_hierarchical_dispatch: float = 0.0
     """1: tokens cross each outer tier once per destination domain and are forwarded inside
     it (DeepEP / HybridEP dispatch): top-k copies to the same domain are deduplicated."""
+    outer_sync_interval: float = 1.0
+    """``H``: data parallelism reduces across sites (the ``cross_site`` tiers) only every
+    ``H`` steps, an outer all-reduce of the pseudo-gradient (DiLoCo, Douillard et al. 2023,
+    arXiv:2311.08105); inside a site it reduces every step.  1 (the default): synchronous
+    training.  The convergence cost is outside the model: ``Training.outer_tokens_factor``."""
+    outer_compression: float = 1.0
+    """Bytes of the outer reduction relative to the gradient's (``grad_reduce_bytes`` per
+    parameter): < 1 for a quantized or sparsified pseudo-gradient (e.g. 0.25: fp32 -> int8)."""
+    outer_overlap: float = 0.0
+    """Fraction (0..1) of the next ``H`` steps' compute the outer reduction may hide behind
+    (streaming / overlapped DiLoCo, Douillard et al. 2025, arXiv:2501.18512); 0: it blocks."""
 
 
 @struct.dataclass(kw_only=True)
@@ -484,6 +504,9 @@ def make_strategy(
     offload_optimizer: float = 0.0,
     overlap_moe_comm: bool = False,
     moe_hierarchical_dispatch: bool = False,
+    outer_sync_interval: float = 1.0,
+    outer_compression: float = 1.0,
+    outer_overlap: float = 0.0,
 ) -> Strategy:
     """Build a :class:`Strategy` from readable values (checked).
 
@@ -526,6 +549,12 @@ def make_strategy(
         v = positive(f"strategy.{name}", frac, allow_zero=True)
         if v > 1:
             raise SpecError(f"strategy.{name}", frac, "a fraction in [0, 1]")
+    if positive("strategy.outer_sync_interval", outer_sync_interval, integer=True) < 1:
+        raise SpecError("strategy.outer_sync_interval", outer_sync_interval, "an integer >= 1")
+    if positive("strategy.outer_compression", outer_compression) > 1:
+        raise SpecError("strategy.outer_compression", outer_compression, "a fraction in (0, 1]")
+    if positive("strategy.outer_overlap", outer_overlap, allow_zero=True) > 1:
+        raise SpecError("strategy.outer_overlap", outer_overlap, "a fraction in [0, 1]")
     return Strategy(
         tp=float(tp),
         pp=float(pp),
@@ -552,6 +581,9 @@ def make_strategy(
         offload_optimizer=float(offload_optimizer),
         overlap_moe_comm=float(bool(overlap_moe_comm)),
         moe_hierarchical_dispatch=float(bool(moe_hierarchical_dispatch)),
+        outer_sync_interval=float(outer_sync_interval),
+        outer_compression=float(outer_compression),
+        outer_overlap=float(outer_overlap),
     )
 
 
@@ -560,5 +592,6 @@ def check_training(training: Training) -> None:
     positive("training.global_batch", training.global_batch, integer=True)
     positive("training.tokens", training.tokens, allow_zero=True)
     positive("training.grad_reduce_bytes", training.grad_reduce_bytes)
+    positive("training.outer_tokens_factor", training.outer_tokens_factor)
     if training.precision not in PRECISIONS:
         raise SpecError("training.precision", training.precision, f"one of {list(PRECISIONS)}")

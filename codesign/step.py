@@ -53,6 +53,9 @@ __all__ = [
     "MEMORY_KEYS",
 ]
 
+OUTER_STATE_BYTES = 8.0
+"""Bytes per parameter of DiLoCo's outer state: fp32 anchor weights and outer momentum."""
+
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "buffers", "total")
 
 BREAKDOWN_KEYS = (
@@ -100,6 +103,11 @@ class Report:
     stage_layers: dict
     """Layers on the ``first``, a ``middle`` and the ``last`` stage (a middle one has 0 when
     p < 3)."""
+
+
+def _stack_tiers(values):
+    """One array over the tiers of per-tier numbers (traced or not)."""
+    return jnp.stack(jnp.broadcast_arrays(*[jnp.asarray(v, dtype=float) for v in values]))
 
 
 def _strides(strategy: Strategy, sm: Smoothing) -> dict:
@@ -307,12 +315,25 @@ def evaluate_unchecked(
     sparams = [stage_params(m, st, sg[1], sg[2], sg[3]) for sg in stages]
     pl = {k: sm.max(*[sp[k] for sp in sparams]) for k in ("dense", "expert")}
     gbytes = training.grad_reduce_bytes
+    # Reduced-frequency synchronization (DiLoCo): with H > 1 the cross-site tiers leave the
+    # every-step reduction and carry one outer all-reduce of the pseudo-gradient every H steps
+    # (outer_compression of its bytes), hidden behind up to outer_overlap of the next H
+    # steps' compute (streaming DiLoCo).  diloco = 0 at H = 1: synchronous training, exactly.
+    diloco = sm.step(st.outer_sync_interval - 1.0)
+    site = _stack_tiers([t.cross_site for t in sy.tiers])
+    inner = 1.0 - diloco * site
 
     def dp_time(n_params, group):
-        lat, per_byte = coll.reduce_scatter_coeffs(group, sy, sm)  # AR = 2 RS, AG = RS
+        lat_t, per_byte_t = coll.reduce_scatter_tier_coeffs(group, sy, sm)  # AR = 2 RS, AG = RS
+        lat, per_byte = jnp.sum(inner * lat_t, axis=0), jnp.sum(inner * per_byte_t, axis=0)
         rs = lat + gbytes * n_params * per_byte
         ag = lat + 2.0 * n_params * per_byte
         return z[0] * 2.0 * rs + (z[1] + z[2]) * (rs + ag) + z[3] * n_mb * (rs + 2.0 * ag)
+
+    def outer_time(n_params, group):
+        lat_t, per_byte_t = coll.reduce_scatter_tier_coeffs(group, sy, sm)
+        lat, per_byte = jnp.sum(site * lat_t, axis=0), jnp.sum(site * per_byte_t, axis=0)
+        return 2.0 * (lat + gbytes * st.outer_compression * n_params * per_byte)
 
     has_experts = jnp.where(
         pl["expert"] > 0, 1.0, 0.0
@@ -321,6 +342,12 @@ def evaluate_unchecked(
     window = (1.0 - z[3]) * (t_fwd + t_bwd) + z[3] * n_mb * (t_fwd + t_bwd + t_rec)
     window = st.overlap_dp * eff.dp_overlap_eff * window
     dp_exposed = sm.relu(t_dp - window, scale=t_mb)
+    t_outer = outer_time(pl["dense"], groups["dp"]) + has_experts * outer_time(
+        pl["expert"], groups["edp"]
+    )
+    h = jnp.maximum(st.outer_sync_interval, 1.0)
+    hidden = st.outer_overlap * h * n_mb * (t_fwd + t_bwd + t_rec)
+    dp_exposed = dp_exposed + diloco * sm.relu(t_outer - hidden, scale=t_mb) / h
 
     # ---- optimizer: on the accelerator, and the offloaded part on the host CPU -----------
     opt_params = sharded(pl["dense"], pl["expert"], zero_fractions(z)["optimizer"], st)
@@ -355,6 +382,13 @@ def evaluate_unchecked(
         )
         for (idx, n, _, _, out), sp in zip(stages, sparams, strict=True)
     ]
+    # DiLoCo's outer state (the anchor weights and the outer Nesterov momentum, fp32), sharded
+    # like the optimizer state: 8 bytes per parameter with H > 1.
+    opt_frac = zero_fractions(z)["optimizer"]
+    for mm, sp in zip(mems, sparams, strict=True):
+        outer_state = diloco * OUTER_STATE_BYTES * sharded(sp["dense"], sp["expert"], opt_frac, st)
+        mm["optimizer"] = mm["optimizer"] + outer_state
+        mm["total"] = mm["total"] + outer_state
     mw = sm.argmax_weights(*[mm["total"] for mm in mems])
     memory_gb = {
         k: sum(wi * mm[k] for wi, mm in zip(mw, mems, strict=True)) / 1e9 for k in MEMORY_KEYS
@@ -371,7 +405,8 @@ def evaluate_unchecked(
         * (r[1] * w[0] * f["attention"] + r[2] * phi * (f["gemm"] + f["attention"]))
     )
     denom = step_time * sy.num_accelerators * compute.peak_flops(sy, precision)
-    cost = cluster_cost(sy, step_time, tokens_step, training.tokens)
+    tokens_total = training.tokens * (1.0 + diloco * (training.outer_tokens_factor - 1.0))
+    cost = cluster_cost(sy, step_time, tokens_step, tokens_total)
     totals = workload.total_params(m)
     return Report(
         step_time_s=step_time,
