@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -333,3 +334,28 @@ def test_cli_sensitivity_json(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "elasticities" in out and "what it would take" in out and "bottleneck" in out
     assert main(["sensitivity", str(tmp_path / "missing.toml")]) == 2
+
+
+@pytest.mark.slow
+def test_problem_file_design_and_its_shadow_prices():
+    """A co-design problem (GPT-3 on A100 under a capex and a power cap, scale-out bandwidth
+    continuous): the analysis runs at the problem's optimum, and the capex cap's shadow price,
+    when active, agrees with re-solving within 5 %."""
+    from codesign.search import load_problem
+    from codesign.sensitivity import sensitivity_of_problem
+
+    pb = load_problem(
+        Path(__file__).resolve().parent.parent
+        / "experiments"
+        / "problems"
+        / "gpt3-175b-a100-codesign-cost.toml"
+    )
+    s = sensitivity_of_problem(pb, parameters=["tiers[1].bandwidth_gbps", "num_accelerators"])
+    assert s.target_objective == "time_to_train"
+    prices = {p.constraint: p for p in s.shadow_prices}
+    assert set(prices) == {"capex_max_usd", "power_max_kw", "memory"}
+    assert any(p.active for p in prices.values())
+    for p in prices.values():
+        if p.active and p.status == "smooth":
+            assert p.agreement < 0.05
+    assert s.continuous_optimum["x"]["system.tiers[1].bandwidth_gbps"] >= 12.5
