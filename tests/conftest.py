@@ -1,6 +1,6 @@
 """Shared set-up for the test suite.
 
-The ``jax.config.update`` calls run at import time of this conftest, i.e. before any
+The two ``jax.config.update`` calls run at import time of this conftest, i.e. before any
 test module imports :mod:`codesign` and before any JAX computation initializes the CPU
 backend: 4 CPU devices (so the sharded sweep really runs on several devices, see
 ``test_devices.py``) and 64-bit floats (so golden values can be compared to ~1e-12).
@@ -9,25 +9,12 @@ backend: 4 CPU devices (so the sharded sweep really runs on several devices, see
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 from pathlib import Path
 
 import jax
 
 jax.config.update("jax_num_cpu_devices", 4)
 jax.config.update("jax_enable_x64", True)
-
-# One on-disk compilation cache for the whole test session: the xdist workers, and (through
-# the environment) the notebooks' kernels and the subprocesses the tests start, load a
-# program another process already compiled instead of compiling it again.  Entries are keyed
-# by the program, the backend and the flags, so a stale one is never used.
-_CACHE = os.environ.setdefault(
-    "JAX_COMPILATION_CACHE_DIR",
-    os.path.join(tempfile.gettempdir(), f"codesign-test-jax-cache-{os.getuid()}"),
-)
-jax.config.update("jax_compilation_cache_dir", _CACHE)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 import pytest  # noqa: E402
 
