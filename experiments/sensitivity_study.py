@@ -212,7 +212,7 @@ def question_hbm(out: Path) -> list[str]:
         "|---|---|---|",
     ]
     for c, v, frac, feas in curve[::10]:
-        lines.append(f"| {c:.0f} | {_usd(v) if feas else 'infeasible'} | {frac:.3f} |")
+        lines.append(f"| {c:.0f} | {_usd(v) if feas else 'infeasible'} | {max(frac, 0.0):.3f} |")
     lines += ["", "![cost to train against HBM capacity](sensitivity_hbm_value.png)", ""]
     import matplotlib
 
