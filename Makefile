@@ -35,11 +35,11 @@ test-slow: $(BIN)/.installed
 	$(PYTEST) -q -m slow --durations=10 tests
 
 doctest: $(BIN)/.installed
-	$(BIN)/python -m pytest -q --doctest-modules codesign
+	$(BIN)/python -m pytest -n 2 -q --doctest-modules codesign
 
 test-all: $(BIN)/.installed
 	$(PYTEST) -q --durations=10 tests
-	$(BIN)/python -m pytest -q --doctest-modules codesign
+	$(BIN)/python -m pytest -n 2 -q --doctest-modules codesign
 
 bench: $(BIN)/.installed
 	$(BIN)/python experiments/bench_evaluate.py
