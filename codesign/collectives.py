@@ -43,6 +43,7 @@ __all__ = [
     "tier_bandwidth_bytes_per_s",
     "reduce_scatter_coeffs",
     "reduce_scatter_tier_coeffs",
+    "stack_tiers",
     "reduce_scatter_time",
     "all_gather_time",
     "all_reduce_time",
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 
-def _stack(values):
+def stack_tiers(values):
     """One array over the tiers (innermost first) of per-tier numbers (traced or not): the
     collectives are computed on these vectors, one expression for every tier, which keeps
     the compiled program (and its gradient) small."""
@@ -59,7 +60,7 @@ def _stack(values):
 
 
 def _bandwidths(system: System):
-    return _stack(
+    return stack_tiers(
         [t.bandwidth_gbps * 1e9 * t.efficiency / t.oversubscription for t in system.tiers]
     )
 
@@ -72,7 +73,7 @@ def tier_bandwidth_bytes_per_s(system: System) -> list:
 
 def _members(group, system: System, sm: Smoothing):
     """``m_t`` of every tier as one array (see module docstring)."""
-    dom = _stack([t.domain for t in system.tiers])
+    dom = stack_tiers([t.domain for t in system.tiers])
     m = jnp.ones_like(dom)
     for size, stride in group:
         m = m * sm.clamp(safe_div(dom, stride, 1.0), 1.0, jnp.maximum(size, 1.0))
@@ -101,7 +102,7 @@ def reduce_scatter_tier_coeffs(group, system: System, sm: Smoothing):
     """``(latency_s, s_per_byte)`` of each tier's ring of a hierarchical reduce-scatter, as
     arrays over the tiers (innermost first): tier ``t`` takes ``a_t + S * b_t``."""
     _, prev, r = _fans(group, system, sm)
-    lat_s = _stack([t.latency_us for t in system.tiers]) * 1e-6
+    lat_s = stack_tiers([t.latency_us for t in system.tiers]) * 1e-6
     return (r - 1.0) * lat_s, (r - 1.0) / r / (prev * _bandwidths(system))
 
 
@@ -152,13 +153,13 @@ def all_to_all_time(size_bytes, group, system: System, sm: Smoothing, dedup_copi
     distinct = jnp.where(many, n * (1.0 - jnp.exp(k * log_miss)) / k, 1.0)
     outer = jnp.arange(m.shape[0]).reshape((-1,) + (1,) * (m.ndim - 1)) > 0
     share = share * jnp.where(outer & (dedup_copies > 0), distinct, 1.0)
-    lat_s = _stack([t.latency_us for t in system.tiers]) * 1e-6
+    lat_s = stack_tiers([t.latency_us for t in system.tiers]) * 1e-6
     return jnp.sum(sm.step(r - 1.0) * lat_s + size_bytes * share / bw, axis=0)
 
 
 def p2p_time(size_bytes, group, system: System, sm: Smoothing):
     """Send ``size_bytes`` to the next rank of a (pipeline) group: the slowest tier crossed."""
     _, _, r = _fans(group, system, sm)
-    lat_s = _stack([t.latency_us for t in system.tiers]) * 1e-6
+    lat_s = stack_tiers([t.latency_us for t in system.tiers]) * 1e-6
     per_tier = sm.step(r - 1.0) * (lat_s + size_bytes / _bandwidths(system))
     return sm.max_reduce(per_tier, axis=0)

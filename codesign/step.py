@@ -105,11 +105,6 @@ class Report:
     p < 3)."""
 
 
-def _stack_tiers(values):
-    """One array over the tiers of per-tier numbers (traced or not)."""
-    return jnp.stack(jnp.broadcast_arrays(*[jnp.asarray(v, dtype=float) for v in values]))
-
-
 def _strides(strategy: Strategy, sm: Smoothing) -> dict:
     """Rank stride of each parallel dimension from the placement order.
 
@@ -320,31 +315,30 @@ def evaluate_unchecked(
     # (outer_compression of its bytes), hidden behind up to outer_overlap of the next H
     # steps' compute (streaming DiLoCo).  diloco = 0 at H = 1: synchronous training, exactly.
     diloco = sm.step(st.outer_sync_interval - 1.0)
-    site = _stack_tiers([t.cross_site for t in sy.tiers])
+    site = coll.stack_tiers([t.cross_site for t in sy.tiers])
     inner = 1.0 - diloco * site
 
-    def dp_time(n_params, group):
+    def dp_times(n_params, group):
+        """(every-step reduction over the inner tiers, outer all-reduce over the sites)."""
         lat_t, per_byte_t = coll.reduce_scatter_tier_coeffs(group, sy, sm)  # AR = 2 RS, AG = RS
         lat, per_byte = jnp.sum(inner * lat_t, axis=0), jnp.sum(inner * per_byte_t, axis=0)
         rs = lat + gbytes * n_params * per_byte
         ag = lat + 2.0 * n_params * per_byte
-        return z[0] * 2.0 * rs + (z[1] + z[2]) * (rs + ag) + z[3] * n_mb * (rs + 2.0 * ag)
-
-    def outer_time(n_params, group):
-        lat_t, per_byte_t = coll.reduce_scatter_tier_coeffs(group, sy, sm)
-        lat, per_byte = jnp.sum(site * lat_t, axis=0), jnp.sum(site * per_byte_t, axis=0)
-        return 2.0 * (lat + gbytes * st.outer_compression * n_params * per_byte)
+        every = z[0] * 2.0 * rs + (z[1] + z[2]) * (rs + ag) + z[3] * n_mb * (rs + 2.0 * ag)
+        lat_o, per_byte_o = jnp.sum(site * lat_t, axis=0), jnp.sum(site * per_byte_t, axis=0)
+        outer = 2.0 * (lat_o + gbytes * st.outer_compression * n_params * per_byte_o)
+        return every, outer
 
     has_experts = jnp.where(
         pl["expert"] > 0, 1.0, 0.0
     )  # no empty expert collective for dense models
-    t_dp = dp_time(pl["dense"], groups["dp"]) + has_experts * dp_time(pl["expert"], groups["edp"])
+    dense_dp, dense_outer = dp_times(pl["dense"], groups["dp"])
+    expert_dp, expert_outer = dp_times(pl["expert"], groups["edp"])
+    t_dp = dense_dp + has_experts * expert_dp
+    t_outer = dense_outer + has_experts * expert_outer
     window = (1.0 - z[3]) * (t_fwd + t_bwd) + z[3] * n_mb * (t_fwd + t_bwd + t_rec)
     window = st.overlap_dp * eff.dp_overlap_eff * window
     dp_exposed = sm.relu(t_dp - window, scale=t_mb)
-    t_outer = outer_time(pl["dense"], groups["dp"]) + has_experts * outer_time(
-        pl["expert"], groups["edp"]
-    )
     h = jnp.maximum(st.outer_sync_interval, 1.0)
     hidden = st.outer_overlap * h * n_mb * (t_fwd + t_bwd + t_rec)
     dp_exposed = dp_exposed + diloco * sm.relu(t_outer - hidden, scale=t_mb) / h
