@@ -115,7 +115,10 @@ def _ratio(ref, x):
 
 def tier_price_factor(tier, pricing: Pricing, scale_up: bool):
     """Multiplier of a tier's listed price per GB/s (module doc); 1 at the listed values."""
-    lat = _ratio(tier.ref_latency_us, tier.latency_us) ** pricing.latency_exponent
+    # A latency below 1 % of the listed one is priced as 1 % (a zero-latency tier would
+    # otherwise cost infinitely much).
+    latency = jnp.maximum(tier.latency_us, 0.01 * tier.ref_latency_us)
+    lat = _ratio(tier.ref_latency_us, latency) ** pricing.latency_exponent
     over = (
         1.0
         - pricing.spine_share

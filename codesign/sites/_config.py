@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from codesign.sites._balance import even_shares
 from codesign.sites._evaluate import _per_layer_kinds
 from codesign.sites._spec import (
@@ -22,29 +20,27 @@ from codesign.specs import SpecError, Tier
 _SITE_ONLY = ("name", "share", "strategy", "efficiency")
 
 
-def _link(doc) -> Tier:
-    """The cross-site tier: a fabric preset with overrides, or :class:`Tier` fields."""
-    from codesign.config import tier_preset
+def _link(doc, site_run: dict) -> Tier:
+    """The cross-site tier: a fabric preset with overrides and/or :class:`Tier` fields, read
+    as one more tier of the first site (so a preset gets its calibrated efficiency like any
+    tier of a run file)."""
+    from codesign.config import load_run_dict
 
     if not isinstance(doc, dict):
         raise SpecError("link", doc, "a table (a fabric preset and/or Tier fields)")
     d = dict(doc)
     d.setdefault("cross_site", 1.0)
-    name = d.pop("preset", None)
-    if name is not None:
-        return tier_preset(name, **d)
-    fields = {f.name for f in dataclasses.fields(Tier)}
-    bad = sorted(set(d) - fields)
-    if bad:
-        raise SpecError(f"link.{bad[0]}", d[bad[0]], f"a Tier field ({sorted(fields)})")
-    d.setdefault("domain", 0.0)
-    for k in ("bandwidth_gbps", "latency_us"):
-        if k not in d:
-            raise SpecError(f"link.{k}", None, "a number (or a fabric preset)")
+    d.setdefault("domain", 0.0)  # every site: set by the job
+    tiers = list(site_run["system"].get("tiers") or [])
+    if not tiers:
+        raise SpecError("sites[0].tiers", tiers, "the site's tiers, innermost first")
+    run = dict(site_run, system=dict(site_run["system"], tiers=[*tiers, d]))
     try:
-        return Tier(**{k: float(v) for k, v in d.items()})
-    except (TypeError, ValueError):
-        raise SpecError("link", doc, "numbers for the Tier fields") from None
+        cfg = load_run_dict(run, check=False)
+    except SpecError as e:
+        field = e.field.replace(f"system.tiers[{len(tiers)}]", "link")
+        raise SpecError(field, e.value, e.allowed) from None
+    return cfg.system.tiers[-1]
 
 
 def load_sites_dict(doc: dict) -> Sites:
@@ -74,7 +70,7 @@ def load_sites_dict(doc: dict) -> Sites:
         raise SpecError("schedule", schedule, f"one of {SCHEDULES}")
     if not isinstance(doc["sites"], list) or not doc["sites"]:
         raise SpecError("sites", doc["sites"], "a non-empty list of site tables")
-    sites, base = [], None
+    sites, base, runs = [], None, []
     for i, sd in enumerate(doc["sites"]):
         if not isinstance(sd, dict) or "strategy" not in sd:
             raise SpecError(f"sites[{i}]", sd, "a table with a system and a strategy")
@@ -91,6 +87,7 @@ def load_sites_dict(doc: dict) -> Sites:
         except SpecError as e:
             raise SpecError(f"sites[{i}].{e.field}", e.value, e.allowed) from None
         base = base or cfg
+        runs.append(run)
         sites.append(
             Site(
                 system=cfg.system,
@@ -104,7 +101,7 @@ def load_sites_dict(doc: dict) -> Sites:
         model=base.model,
         training=base.training,
         sites=tuple(sites),
-        link=_link(doc["link"]),
+        link=_link(doc["link"], runs[0]),
         across=across,
         schedule=schedule,
     )

@@ -44,7 +44,8 @@ def _dp_view(job: Sites, i: int, share) -> tuple:
 
 
 def _pp_view(job: Sites, i: int, share) -> tuple:
-    """Site ``i`` alone with its ``share`` layers (the output layer on the last site only)."""
+    """Site ``i`` alone with its ``share`` layers (the output layer on the last site only; the
+    first site's input embedding is added to its memory in :func:`site_parts`)."""
     s = job.sites[i]
     model = _per_layer_kinds(job.model, share)
     if i < len(job.sites) - 1:
@@ -59,13 +60,23 @@ def site_parts(job: Sites, i: int, share, sm: Smoothing) -> dict:
     b = r.breakdown_s
     n_mb = r.num_microbatches
     inside = ("forward", "backward", "recompute", "tp_comm", "cp_comm", "ep_comm", "offload")
+    mem = r.memory_gb["total"]
+    if job.across == "pp" and i == 0 and len(job.sites) > 1:
+        # The input embedding (vocab-parallel over tp) on the first site, at the site's
+        # bytes per local parameter (weights, gradients and optimizer state).
+        mg, pr = r.memory_gb, r.params
+        per_param = safe_div(
+            (mg["weights"] + mg["gradients"] + mg["optimizer"]) * 1e9,
+            pr["local_dense"] + pr["local_expert"],
+        )
+        mem = mem + per_param * job.model.vocab * job.model.hidden / job.sites[0].strategy.tp / 1e9
     return {
         "step": r.step_time_s,
         "per_mb": safe_div(sum(b[k] for k in inside), n_mb),
         "dp": b["dp_comm"],
         "opt": b["optimizer"] + b["overhead"],
         "n_mb": n_mb,
-        "mem": r.memory_gb["total"],
+        "mem": mem,
         "act": r.memory_gb["activations"],
         "hbm": job.sites[i].system.accelerator.hbm_gb + 0.0 * share,
     }
