@@ -57,6 +57,7 @@ Example (two sites of 64 H100, data parallelism across a 1 ms metro link):
 from codesign.sites._balance import MAX_SPLITS, balance, even_shares, share_candidates
 from codesign.sites._config import check_sites, format_sites, load_sites_dict
 from codesign.sites._evaluate import evaluate_sites, evaluate_sites_unchecked
+from codesign.sites._search import best_strategies, strategy_grid
 from codesign.sites._spec import ACROSS, SCHEDULES, Site, Sites, SitesReport
 
 __all__ = [
@@ -67,6 +68,7 @@ __all__ = [
     "Sites",
     "SitesReport",
     "balance",
+    "best_strategies",
     "check_sites",
     "even_shares",
     "evaluate_sites",
@@ -74,4 +76,5 @@ __all__ = [
     "format_sites",
     "load_sites_dict",
     "share_candidates",
+    "strategy_grid",
 ]
