@@ -204,6 +204,11 @@ PLAUSIBLE = {
     "system.hbm_gb": (1.0, 1e4, "GB per accelerator"),
     "system.hbm_tbps": (0.05, 1e3, "TB/s per accelerator"),
     "system.tiers[].bandwidth_gbps": (0.1, 1e5, "GB/s per accelerator per direction"),
+    "cross-site system.tiers[].bandwidth_gbps": (
+        1e-3,
+        1e5,
+        "GB/s per accelerator per direction (a cross-site tier)",
+    ),
     "system.tiers[].latency_us": (0.0, 1e6, "microseconds (1e6 us = 1 s)"),
     "system.tiers[].oversubscription": (1.0, 1e3, "ratio"),
     "system.price_usd": (0.0, 1e7, "USD per accelerator"),
@@ -230,5 +235,7 @@ def plausibility_warnings(system) -> list[str]:
         check(f"system.{f}", f"system.{f}", getattr(a, f))
     for i, t in enumerate(system.tiers):
         for f in ("bandwidth_gbps", "latency_us", "oversubscription", "price_per_gbps_usd"):
-            check(f"system.tiers[].{f}", f"system.tiers[{i}].{f}", getattr(t, f))
+            # A link between buildings or regions may carry a few MB/s per accelerator.
+            site = "cross-site " if f == "bandwidth_gbps" and float(t.cross_site) > 0 else ""
+            check(f"{site}system.tiers[].{f}", f"system.tiers[{i}].{f}", getattr(t, f))
     return out

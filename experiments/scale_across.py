@@ -1,4 +1,4 @@
-"""Scale-across study (issue 14, first part): one job over two sites joined by a slow link.
+"""Scale-across study (issue 14): one job over two sites joined by a slow link.
 
 Two sites of 1,024 H100 each (NVLink 4 in 8-GPU nodes, 400 Gb/s InfiniBand NDR inside a
 site), joined by a cross-site tier (``cross_site = 1``) whose bandwidth per accelerator and
@@ -22,11 +22,17 @@ exhaustive sweep, under each placement of the parallel dimensions on the tiers:
   longer pay.  The convergence penalty itself is outside the model (the DiLoCo scaling laws,
   Charles et al. 2025, arXiv:2503.09799, measure it); the table says what it may be.
 
-Not yet here (issue 14): heterogeneous sites with uneven work splits, a CrossPipe-style
-cross-site pipeline schedule, and co-design of the number of sites.
+* **(d) A heterogeneous pair**: an H100 building and a GB200 building (``codesign.sites``):
+  each site's inner strategy and the uneven split of the batch (dp across) or the layers (pp
+  across), against the even split and against homogeneous clusters of the same peak FLOP/s.
+* **(e) A cross-site pipeline schedule** (CrossPipe-style extra warm-up before the link)
+  against plain 1F1B.
+* **(f) Co-design across sites**: how many buildings, how much link, which dimension crosses,
+  by the relaxed optimizer and the exhaustive sweep of
+  ``experiments/problems/llama3-405b-multisite-placement.toml``.
 
 Writes ``experiments/results/scale_across.md`` and ``scale_across_pp_vs_dp.png``,
-``scale_across_diloco.png``.
+``scale_across_diloco.png``, ``scale_across_heterogeneous.png``.
 
 Usage: python experiments/scale_across.py [--quick]
 """
@@ -52,7 +58,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import codesign as cd  # noqa: E402
-from codesign.search import sweep  # noqa: E402
+from codesign import sites  # noqa: E402
+from codesign.search import (  # noqa: E402
+    distributed_sweep,
+    load_problem,
+    optimize,
+    sweep,  # noqa: E402
+)
 
 PP_OUT = ["tp", "cp", "ep", "dp", "pp"]
 DP_OUT = ["tp", "cp", "ep", "pp", "dp"]
@@ -109,12 +121,64 @@ def best(cfg, placements, objective="time_to_train", extra=None):
     return [float(v) for v in prof], (res.best() if res.num_feasible else None)
 
 
-def across(cfg, objective="time_to_train"):
-    """``(pp across, dp across)``: the best objective with the pipeline split between the
-    sites (pp outermost, pp >= 2) and with data parallelism across them (dp outermost)."""
-    (t_pp,), _ = best(cfg, [PP_OUT], objective, {"strategy.pp": [2, 4, 8, 16]})
+SITE_TIERS = [{"preset": "nvlink4"}, {"preset": "ib-ndr-400", "domain": 1024}]
+PP_GRID = sites.strategy_grid(
+    tp=(1, 2, 4, 8),
+    pp=(1, 2, 4, 8),
+    microbatch=(1, 2, 4),
+    recompute=("none", "selective", "full"),
+    zero=(0, 1),
+)
+
+
+def sites_job(model, bw, lat_us, batch, across="pp", schedule="1f1b", site_list=None):
+    """Two sites of 1,024 H100 (or ``site_list``) joined by the priced link."""
+    site = {
+        "accelerator": "h100-sxm5-80gb",
+        "num_accelerators": 1024,
+        "tiers": SITE_TIERS,
+        "strategy": {"tp": 8, "pp": 4, "dp": 32},
+    }
+    return sites.load_sites_dict(
+        {
+            "model": {"preset": model},
+            "training": {"global_batch": batch, "tokens": 1e12},
+            "link": {
+                "preset": "cross-building",
+                "bandwidth_gbps": bw,
+                "latency_us": lat_us,
+                "price_per_gbps_usd": CROSS_PRICE,
+                "power_w": 2.0 * bw,
+            },
+            "sites": site_list or [dict(site, name="site A"), dict(site, name="site B")],
+            "across": across,
+            "schedule": schedule,
+        }
+    )
+
+
+def pp_sites(model, bw, lat_us, batch, schedule, objective="time_to_train_days"):
+    """Best ``objective`` with the pipeline split between the two sites (the sites model:
+    one boundary crosses the link), each site with the same inner strategy, the layer split
+    balanced; inf when nothing fits."""
+    job = sites_job(model, bw, lat_us, batch, "pp", schedule)
+    best_job, info = sites.best_strategies(job, PP_GRID)
+    if not info["fits"]:
+        return math.inf
+    return float(sites.evaluate_sites(best_job, homogeneous=False).cost[objective])
+
+
+def across(cfg, model, bw, lat, batch, objective="time_to_train"):
+    """``(pp across 1F1B, pp across cross-site schedule, dp across)``: the best objective with
+    the pipeline split between the sites (:mod:`codesign.sites`: one pipeline boundary
+    crosses the link) and with data parallelism across them (dp outermost; the single-site
+    model with the link as its outer tier, which is what the sites model computes for
+    identical sites)."""
+    key = {"time_to_train": "time_to_train_days", "cost_to_train": "cost_to_train_usd"}[objective]
+    t_1f1b = pp_sites(model, bw, lat, batch, "1f1b", key)
+    t_cross = pp_sites(model, bw, lat, batch, "crosspipe", key)
     (t_dp,), _ = best(cfg, [DP_OUT], objective)
-    return t_pp, t_dp
+    return t_1f1b, t_cross, t_dp
 
 
 def production_default(model: str, bw: float, lat: float, batch: int):
@@ -134,10 +198,13 @@ def study_a(bws, lines, figs):
         "## (a) Pipeline or data parallelism across the sites?",
         "",
         "Best time to train (days, 1e12 tokens) with the strategy re-optimized under each "
-        "placement: **PP** (pp outermost, pp >= 2: the pipeline is split between the sites) or "
-        "**DP** (dp outermost: the gradient reduction crosses, after reducing inside each "
-        "site), the faster, and how much slower the other is. Splitting the pipeline between "
-        "the sites forces pp >= 2, whose bubble a model that fits with pp = 1 would not pay "
+        "placement: **PP** (the pipeline is split between the sites: `codesign.sites` with "
+        '`across = "pp"`, each site with the same inner strategy from a 288-point grid, the '
+        "layers balanced, the better of plain 1F1B and the cross-site schedule; one pipeline "
+        "boundary crosses the link) or **DP** (dp outermost: the gradient reduction crosses, "
+        "after reducing inside each site; the exhaustive sweep over the strategy), the faster, "
+        "and how much slower the other is. Splitting the pipeline between the sites forces "
+        "two stages at least, whose bubble a model that fits on one stage would not pay "
         "otherwise; with dp across, the reduction is hierarchical (each accelerator sends "
         "1/(dp inside a site) of its gradient over the link) and overlapped with the backward "
         "pass, which is why data parallelism crosses well even at 0.1 GB/s per accelerator.",
@@ -151,8 +218,9 @@ def study_a(bws, lines, figs):
         for bw in bws:
             cells = []
             for name, lat in LATENCIES_US.items():
-                t_pp, t_dp = across(config(model, bw, lat, batch))
-                table[(model, bw, name)] = (t_pp, t_dp)
+                t_1f1b, t_cross, t_dp = across(config(model, bw, lat, batch), model, bw, lat, batch)
+                t_pp = min(t_1f1b, t_cross)
+                table[(model, bw, name)] = (t_pp, t_dp, t_1f1b, t_cross)
                 if not (math.isfinite(t_pp) or math.isfinite(t_dp)):
                     cells.append("nothing fits")
                     continue
@@ -202,7 +270,7 @@ def study_b(bws, table, lines):
             gains = []
             for bw in bws:
                 t_def, _ = production_default(model, bw, lat, batch)
-                t_opt = min(table[(model, bw, name)])
+                t_opt = min(table[(model, bw, name)][:2])
                 if math.isfinite(t_def) and math.isfinite(t_opt):
                     gains.append(100 * (t_def / t_opt - 1))
             all_gains += gains
@@ -212,8 +280,8 @@ def study_b(bws, table, lines):
         "",
         f"Over the {len(all_gains)} design points: median speed-up {np.median(all_gains):.0f} %, "
         f"largest {max(all_gains):.0f} %. Li et al. 2026 report up to 64.62 % over production "
-        "configurations (37.59 % over the state of the art) and CrossPipe up to 33.6 %, with "
-        "schedules this model does not have yet (see issue 14).",
+        "configurations (37.59 % over the state of the art) and CrossPipe up to 33.6 % (its "
+        "schedule against plain 1F1B across data centers: section (e)).",
         "",
     ]
 
@@ -236,9 +304,8 @@ def study_c(bws, lines, figs, model="llama3-70b", batch=1024):
     ]
     costs, breakeven = [], {4: [], 16: [], 64: []}
     for bw in bws:
-        tp_, td_ = across(config(model, bw, lat, batch))
-        cp_, cd_ = across(config(model, bw, lat, batch), "cost_to_train")
-        t_sync, c_sync = min(tp_, td_), min(cp_, cd_)
+        t_sync = min(across(config(model, bw, lat, batch), model, bw, lat, batch))
+        c_sync = min(across(config(model, bw, lat, batch), model, bw, lat, batch, "cost_to_train"))
         costs.append(c_sync)
         cells = []
         for h in (4, 16, 64):
@@ -282,6 +349,202 @@ def study_c(bws, lines, figs, model="llama3-70b", batch=1024):
     figs["scale_across_diloco.png"] = fig
 
 
+def study_e(bws, table, lines):
+    lines += [
+        "## (e) A cross-site pipeline schedule (CrossPipe-style) against plain 1F1B",
+        "",
+        "With the pipeline split between the sites, 1F1B makes the stage before the link wait "
+        "a round trip (its later stages plus twice the link's delay, latency + activations / "
+        "bandwidth) for every W micro-batches it has in flight; the cross-site schedule warms "
+        "up enough extra micro-batches before the link to hide it, paying their activation "
+        "memory there. Speed-up of the best pipeline-across design with the cross-site "
+        "schedule over the best with 1F1B (each re-optimized; range over the bandwidths "
+        f"{bws[0]:g}-{bws[-1]:g} GB/s per accelerator).",
+        "",
+        "| model | " + " | ".join(LATENCIES_US) + " |",
+        "|---|" + "---|" * len(LATENCIES_US),
+    ]
+    gains_all = []
+    for model in MODELS:
+        cells = []
+        for name in LATENCIES_US:
+            gains = []
+            for bw in bws:
+                t_1f1b, t_cross = table[(model, bw, name)][2:]
+                if math.isfinite(t_1f1b) and math.isfinite(t_cross):
+                    gains.append(100 * (t_1f1b / t_cross - 1))
+            gains_all += gains
+            cells.append(f"{min(gains):.1f}-{max(gains):.1f} %" if gains else "-")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"Largest gain {max(gains_all):.1f} % (median {np.median(gains_all):.1f} %); CrossPipe "
+        "reports up to 33.6 % over its baselines. The gain is large only where the link's "
+        "delay is long against a stage's micro-batch time: slow links and short stages.",
+        "",
+    ]
+
+
+def study_codesign(lines, problem_path):
+    pb = load_problem(problem_path)
+    t0 = time.perf_counter()
+    res = distributed_sweep(pb, top_k=1, progress=False)
+    t_sweep = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    opt = optimize(pb)
+    t_opt = time.perf_counter() - t0
+    best = res.best()
+    sites_n = {
+        float(v): p
+        for v, p in zip(
+            pb.exhaustive_axes()["system.num_accelerators"],
+            res.profiles["system.num_accelerators"],
+            strict=True,
+        )
+    }
+    link = best.system.tiers[2]
+    place = ["tp", "cp", "ep", "dp", "pp"]
+    order = sorted(place, key=lambda d: float(best.strategy.placement[place.index(d)]))
+    lines += [
+        "## (f) Co-design across sites: how many buildings, how much link, which dimension crosses",
+        "",
+        f"`{Path(problem_path).relative_to(ROOT)}` (cheapest Llama 3 405B run within 240 days "
+        "and a 330 M$ budget; buildings of 2,048 H100, a 1 ms metro link priced at US$400 per "
+        "GB/s per accelerator): the number of buildings is the accelerator count over the "
+        "building's size, the link's bandwidth a continuous knob, the placement (dp or pp "
+        "outermost) a choice, with the strategy. The relaxed optimizer and the exhaustive sweep "
+        "of the same problem:",
+        "",
+        "| buildings | best cost to train (exhaustive) |",
+        "|---|---|",
+    ]
+    for n, v in sites_n.items():
+        cell = f"${v / 1e6:.2f}M" if math.isfinite(v) else "infeasible (deadline or budget)"
+        lines.append(f"| {n / 2048:.0f} | {cell} |")
+    lines += [
+        "",
+        f"Exhaustive optimum: {best.system.num_accelerators / 2048:.0f} buildings, link "
+        f"{float(link.bandwidth_gbps):.3g} GB/s per accelerator, placement "
+        f"{' < '.join(order)} ({order[-1]} crosses), tp {float(best.strategy.tp):g}, pp "
+        f"{float(best.strategy.pp):g}; ${res.best_value / 1e6:.2f}M in {t_sweep:.0f} s over "
+        f"{res.num_points:,} points. Relaxed optimizer: ${opt.exact_objective / 1e6:.2f}M "
+        f"({100 * (opt.exact_objective / res.best_value - 1):+.2f} %) in {t_opt:.0f} s "
+        "(compilation included).",
+        "",
+    ]
+
+
+HET_SITES = {
+    "h100": {
+        "accelerator": "h100-sxm5-80gb",
+        "num_accelerators": 1024,
+        "tiers": [{"preset": "nvlink4"}, {"preset": "ib-ndr-400", "domain": 1024}],
+    },
+    "gb200": {
+        "accelerator": "gb200",
+        "num_accelerators": 1152,  # 16 NVL72 racks
+        "tiers": [
+            {"preset": "nvlink5-nvl72", "domain": 72},
+            {"preset": "ib-xdr-800", "domain": 1152},
+        ],
+    },
+}
+HET_GRID = sites.strategy_grid(
+    tp=(2, 4, 8), pp=(1, 2, 4, 8), microbatch=(1, 2), recompute=("selective", "full"), zero=(1,)
+)
+
+
+HET_GRID_PP_GB200 = sites.strategy_grid(
+    tp=(2, 4, 8), pp=(9, 18), microbatch=(1, 2), recompute=("selective", "full"), zero=(1,)
+)
+"""With the pipeline across, every replica spans both sites, so dp must match: 1,152 GB200
+take 9 x 2^k stages where 1,024 H100 take 2^k."""
+
+
+def _het_job(model, bw, across, batch):
+    st = {"h100": {"tp": 8, "pp": 4, "dp": 32}, "gb200": {"tp": 8, "pp": 4, "dp": 36}}
+    if across == "pp":
+        st["gb200"] = {"tp": 4, "pp": 9, "dp": 32}
+    sl = [dict(v, name=k, strategy=st[k]) for k, v in HET_SITES.items()]
+    return sites_job(model, bw, 1000.0, batch, across, "crosspipe", site_list=sl)
+
+
+def study_d(
+    lines, figs, bws=(0.1, 1.0, 10.0), models=(("llama3-70b", 1024), ("llama3-405b", 1152))
+):
+    lines += [
+        "## (d) A heterogeneous pair: an H100 building and a GB200 building",
+        "",
+        "1,024 H100 (NVLink 4 x 8, InfiniBand NDR) and 1,152 GB200 (16 NVL72 racks, InfiniBand "
+        "XDR) joined by a 1 ms metro link. Each site's inner strategy is chosen from a "
+        "48-point grid per site (tp, pp, micro-batch, recomputation; every pair of them, "
+        "`codesign.sites.best_strategies`), the work split exactly over every valid split "
+        "(`codesign.sites.balance`): **even** gives each site shares in proportion to its "
+        "replicas (dp across) or stages (pp across), as a layout blind to the sites' speeds "
+        "would; **balanced** is the best split. *vs homogeneous* (`SitesReport.vs_homogeneous`): "
+        "time against a single-site cluster of one type with the pair's total peak BF16 "
+        "FLOP/s, that site's inner strategy and fractional data parallelism (an idealized "
+        "reference of the same compute).",
+        "",
+        "| model | link GB/s | across | time even (d) | time balanced (d) | gain | split "
+        "(H100 / GB200) | idle H100 / GB200 | vs all-H100 | vs all-GB200 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    fig_rows = []
+    for model, batch in models:
+        for bw in bws:
+            for across_ in ("dp", "pp"):
+                job = _het_job(model, bw, across_, batch)
+                try:
+                    grid_b = HET_GRID if across_ == "dp" else HET_GRID_PP_GB200
+                    best_job, info = sites.best_strategies(job, [HET_GRID, grid_b], tied=False)
+                except cd.SpecError as e:
+                    lines.append(f"| {model} | {bw:g} | {across_} | - | - | - | {e} | | | |")
+                    continue
+                r = sites.evaluate_sites(best_job)
+                steps = 1e12 / (batch * float(best_job.model.seq_len))
+                t_bal = float(r.cost["time_to_train_days"])
+                t_even = info["even_step_s"] * steps / 86400
+                idle = "/".join(f"{100 * float(x):.0f}%" for x in r.idle_fraction)
+                unit = "seq" if across_ == "dp" else "layers"
+                split = " / ".join(f"{float(x):g}" for x in r.shares) + f" {unit}"
+                vs = [float(x) for x in r.vs_homogeneous]
+                fig_rows.append((model, bw, across_, t_even, t_bal, t_bal / vs[0], t_bal / vs[1]))
+                lines.append(
+                    f"| {model} | {bw:g} | {across_} | {t_even:.2f} | {t_bal:.2f} | "
+                    f"{100 * (t_even / t_bal - 1):.1f} % | {split} | {idle} | {vs[0]:.3f} | "
+                    f"{vs[1]:.3f} |"
+                )
+    lines += [
+        "",
+        "The uneven split is never slower than the even one (a test checks it on random "
+        "pairs). *vs all-...* above 1: the pair is slower than a homogeneous cluster of that "
+        "type with the same peak FLOP/s.",
+        "",
+    ]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 3.6))
+    for k, (model, _) in enumerate(models):
+        ax = fig.add_subplot(1, len(models), k + 1)
+        rows = [r for r in fig_rows if r[0] == model]
+        labels = [f"{r[2]} {r[1]:g}" for r in rows]
+        x = np.arange(len(rows))
+        ax.bar(x - 0.2, [r[3] for r in rows], 0.4, label="even split")
+        ax.bar(x + 0.2, [r[4] for r in rows], 0.4, label="balanced split")
+        ax.plot(x, [r[5] for r in rows], "v", color="C3", label="all-H100, same FLOP/s")
+        ax.plot(x, [r[6] for r in rows], "^", color="C2", label="all-GB200, same FLOP/s")
+        ax.set_xticks(x, labels, fontsize=7, rotation=30)
+        ax.set_ylabel("time to train 1e12 tokens (days)")
+        ax.set_title(f"(d) {model}: H100 + GB200 buildings", fontsize=9)
+        if k == 0:
+            ax.legend(fontsize=7)
+    figs["scale_across_heterogeneous.png"] = fig
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="three bandwidths only")
@@ -304,6 +567,11 @@ def main() -> None:
     table = study_a(bws, lines, figs)
     study_b(bws, table, lines)
     study_c(bws, lines, figs)
+    study_d(lines, figs, bws=(0.1, 1.0) if args.quick else (0.1, 1.0, 10.0))
+    study_e(bws, table, lines)
+    study_codesign(
+        lines, ROOT / "experiments" / "problems" / "llama3-405b-multisite-placement.toml"
+    )
     lines.append(f"Total {time.perf_counter() - t0:.0f} s.")
     args.out.mkdir(parents=True, exist_ok=True)
     suffix = "_quick" if args.quick else ""

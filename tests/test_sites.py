@@ -3,6 +3,9 @@ cross-site pipeline schedule, monotonicity in the link, gradients and bad input.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -121,17 +124,48 @@ def test_pp_across_a_fast_link_is_close_to_the_single_site_pipeline():
 
 def _pair(n_h100, n_gb200, across="dp", **link):
     if across == "dp":
-        a = _site(n=n_h100, tiers=[H100[0], dict(H100[1], domain=n_h100)], name="h100", tp=8,
-                  pp=1, dp=n_h100 // 8)
-        b = _site("gb200", n_gb200, [GB200[0], dict(GB200[1], domain=n_gb200)], "gb200", tp=4,
-                  pp=1, dp=n_gb200 // 4)
+        a = _site(
+            n=n_h100,
+            tiers=[H100[0], dict(H100[1], domain=n_h100)],
+            name="h100",
+            tp=8,
+            pp=1,
+            dp=n_h100 // 8,
+        )
+        b = _site(
+            "gb200",
+            n_gb200,
+            [GB200[0], dict(GB200[1], domain=n_gb200)],
+            "gb200",
+            tp=4,
+            pp=1,
+            dp=n_gb200 // 4,
+        )
         return _job([a, b], link={"preset": "cross-building", **link}, batch=576)
-    a = _site(n=n_h100, tiers=[H100[0], dict(H100[1], domain=n_h100)], name="h100", tp=8,
-              pp=n_h100 // 16, dp=2)
-    b = _site("gb200", n_gb200, [GB200[0], dict(GB200[1], domain=n_gb200)], "gb200",
-              tp=8, pp=n_gb200 // 16, dp=2)
-    return _job([a, b], link={"preset": "cross-building", **link}, model="llama3-70b",
-                batch=256, across="pp")
+    a = _site(
+        n=n_h100,
+        tiers=[H100[0], dict(H100[1], domain=n_h100)],
+        name="h100",
+        tp=8,
+        pp=n_h100 // 16,
+        dp=2,
+    )
+    b = _site(
+        "gb200",
+        n_gb200,
+        [GB200[0], dict(GB200[1], domain=n_gb200)],
+        "gb200",
+        tp=8,
+        pp=n_gb200 // 16,
+        dp=2,
+    )
+    return _job(
+        [a, b],
+        link={"preset": "cross-building", **link},
+        model="llama3-70b",
+        batch=256,
+        across="pp",
+    )
 
 
 @pytest.mark.slow
@@ -247,9 +281,36 @@ def test_bad_input_names_the_field():
     with pytest.raises(SpecError, match=r"sites\[2\]\.training\.global_batch"):
         _job([dict(site, share=496), dict(site, share=16), dict(site, share=0)], batch=512)
     with pytest.raises(SpecError, match=r"sites\[1\]\.strategy\.dp"):
-        _job([_site(tp=8, pp=4, dp=2), _site(tp=4, pp=4, dp=4)], model="llama3-70b",
-             batch=256, across="pp")
+        _job(
+            [_site(tp=8, pp=4, dp=2), _site(tp=4, pp=4, dp=4)],
+            model="llama3-70b",
+            batch=256,
+            across="pp",
+        )
     with pytest.raises(SpecError, match="link.bandwidth_gbps"):
         _job([site, site], link={"bandwidth_gbps": 0, "latency_us": 10})
     with pytest.raises(SpecError, match=r"sites\[0\]\.system\.accelerator"):
         _job([_site(acc="h999", tp=8, pp=1, dp=8), site])
+
+
+def test_cli_sites_prints_the_table_and_json(capsys):
+    """``codesign sites FILE --balance``: the balanced split is the library's, the JSON the
+    same numbers."""
+    from codesign.cli import main
+
+    path = str(
+        Path(__file__).resolve().parent.parent
+        / "experiments"
+        / "configs"
+        / "llama3-70b-h100-gb200-sites.toml"
+    )
+    assert main(["sites", path, "--balance", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    job, info = sites.balance(sites.load_sites(path))
+    assert d["balance"]["best_shares"] == info["best_shares"]
+    assert d["step_time_s"] == pytest.approx(info["best_step_s"], rel=1e-12)
+    assert [s["name"] for s in d["sites"]] == ["h100", "gb200"]
+    assert main(["sites", path]) == 0
+    out = capsys.readouterr().out
+    assert "balance loss" in out and "gb200" in out
+    assert main(["sites", path.replace("sites.toml", "nope.toml")]) == 2

@@ -2,7 +2,7 @@
 
 Commands: ``evaluate`` and ``presets`` (:mod:`codesign.cli.evaluate`), ``optimize`` and
 ``sweep`` (:mod:`codesign.cli.search`), ``sensitivity`` (:mod:`codesign.cli.sensitivity`),
-``validate`` (:mod:`codesign.cli.validate`).  The
+``sites`` (:mod:`codesign.cli.sites`), ``validate`` (:mod:`codesign.cli.validate`).  The
 library below never prints: drivers return data and these modules format it.
 
 Bad input (a :class:`~codesign.specs.SpecError`) prints one line naming the field, its value
@@ -20,13 +20,13 @@ __all__ = ["main", "build_parser"]
 def build_parser():
     """The argument parser of every command."""
     from codesign._version import __version__
-    from codesign.cli import evaluate, search, sensitivity, validate
+    from codesign.cli import evaluate, search, sensitivity, sites, validate
     from codesign.cli._args import Parser
 
     p = Parser(prog="codesign", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"codesign {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for module in (evaluate, search, sensitivity, validate):
+    for module in (evaluate, search, sensitivity, sites, validate):
         module.register(sub)
     return p
 

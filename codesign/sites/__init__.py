@@ -55,7 +55,13 @@ Example (two sites of 64 H100, data parallelism across a 1 ms metro link):
 """
 
 from codesign.sites._balance import MAX_SPLITS, balance, even_shares, share_candidates
-from codesign.sites._config import check_sites, format_sites, load_sites_dict
+from codesign.sites._config import (
+    check_sites,
+    format_sites,
+    load_sites,
+    load_sites_dict,
+    sites_to_dict,
+)
 from codesign.sites._evaluate import evaluate_sites, evaluate_sites_unchecked
 from codesign.sites._search import best_strategies, strategy_grid
 from codesign.sites._spec import ACROSS, SCHEDULES, Site, Sites, SitesReport
@@ -74,7 +80,9 @@ __all__ = [
     "evaluate_sites",
     "evaluate_sites_unchecked",
     "format_sites",
+    "load_sites",
     "load_sites_dict",
     "share_candidates",
+    "sites_to_dict",
     "strategy_grid",
 ]

@@ -118,6 +118,48 @@ def load_sites_dict(doc: dict) -> Sites:
     return job
 
 
+def load_sites(path) -> Sites:
+    """A :class:`~codesign.sites.Sites` job from a TOML file (:func:`load_sites_dict`'s keys
+    as top-level tables: ``[model]``, ``[training]``, ``[link]``, ``across``, ``schedule``
+    and ``[[sites]]`` with ``[sites.strategy]``, ``[[sites.tiers]]``)."""
+    from codesign.config import read_toml
+
+    doc = read_toml(path, "sites file")
+    doc.pop("title", None)
+    doc.pop("description", None)
+    return load_sites_dict(doc)
+
+
+def sites_to_dict(job: Sites, r: SitesReport) -> dict:
+    """A JSON-ready dict of a :class:`~codesign.sites.SitesReport`."""
+    per = [
+        {
+            "name": s.name,
+            "num_accelerators": float(s.system.num_accelerators),
+            "share": float(s.share),
+            "busy_s": float(r.site_busy_s[i]),
+            "idle_fraction": float(r.idle_fraction[i]),
+            "memory_gb": float(r.memory_gb[i]),
+            "fits": bool(r.site_fits[i]),
+            "vs_homogeneous": float(r.vs_homogeneous[i]),
+        }
+        for i, s in enumerate(job.sites)
+    ]
+    return {
+        "across": job.across,
+        "schedule": job.schedule,
+        "step_time_s": float(r.step_time_s),
+        "balance_loss": float(r.balance_loss),
+        "link_exposed_s": float(r.link_exposed_s),
+        "extra_warmup": [float(x) for x in r.extra_warmup],
+        "tokens_per_s": float(r.tokens_per_s),
+        "mfu": float(r.mfu),
+        "fits": bool(r.fits),
+        "sites": per,
+        "cost": {k: float(v) for k, v in r.cost.items()},
+    }
+
+
 def check_sites(job: Sites) -> None:
     """Each site as a run of its own: its share of the batch (``dp``) or of the layers."""
     from codesign.rules import check_all
@@ -153,7 +195,7 @@ def format_sites(job: Sites, r: SitesReport) -> str:
     for i, s in enumerate(job.sites):
         lines.append(
             f"{s.name:<14} {float(s.system.num_accelerators):>12,.0f} {float(s.share):>10g} "
-            f"{float(r.site_busy_s[i]):>9.3f} {float(r.idle_fraction[i]):>6.1%} "
+            f"{float(r.site_busy_s[i]):>9.3f} {max(0.0, float(r.idle_fraction[i])):>6.1%} "
             f"{float(r.memory_gb[i]):>10.1f} {str(bool(r.site_fits[i])):>5} "
             f"{float(r.vs_homogeneous[i]):>9.3f}"
         )

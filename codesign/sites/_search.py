@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from codesign.sites._balance import balance, even_shares
@@ -16,6 +16,8 @@ from codesign.sites._spec import Sites, _check, _replace, _with_shares
 from codesign.specs import SpecError
 
 MAX_COMBOS = 50_000
+
+_batched = jax.jit(jax.vmap(functools.partial(evaluate_sites_unchecked, homogeneous=False)))
 
 
 def strategy_grid(
@@ -92,9 +94,12 @@ def best_strategies(
         tables.append(combo)
     if not jobs:
         raise SpecError("candidates", len(combos), "at least one valid strategy for every site")
-    batch = jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *jobs)
-    r = jax.jit(jax.vmap(lambda j: evaluate_sites_unchecked(j, homogeneous=False)))(batch)
-    step, fits = np.asarray(r.step_time_s), np.asarray(r.fits)
+    # Padded to a power of two so that batches of one structure share compiled programs.
+    padded = jobs + [jobs[-1]] * ((1 << (len(jobs) - 1).bit_length()) - len(jobs))
+    batch = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *padded)
+    r = _batched(batch)
+    step = np.asarray(r.step_time_s)[: len(jobs)]
+    fits = np.asarray(r.fits)[: len(jobs)]
     order = np.argsort(np.where(fits, step, np.inf))
     best, best_info, best_k = None, None, None
     for k in order[: max(top, 1)]:
