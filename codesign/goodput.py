@@ -151,7 +151,7 @@ def reliability_preset(name: str | None = None, **overrides) -> Reliability:
         >>> from codesign.goodput import reliability_preset
         >>> r = reliability_preset("llama3-h100")
         >>> float(r.enabled), r.blast_radius
-        (1.0, 'domain')
+        (1.0, 'host')
     """
     table: dict = {}
     if name is not None:

@@ -294,3 +294,27 @@ def test_relaxed_loss_has_finite_gradients_in_reliability_knobs():
     g = jax.grad(relax.loss)(params, 0.05, 10.0, space, box, base)
     assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree_util.tree_leaves(g))
     assert np.any(np.asarray(g["hw"]) != 0)
+
+
+def test_evaluate_checks_reliability_before_tracing():
+    cfg = _cfg({"preset": "llama3-h100"})
+    bad = _with(cfg, async_checkpoint=1.5)
+    with pytest.raises(cd.SpecError, match=r"system.reliability.async_checkpoint = 1.5 .*\[0, 1\]"):
+        cd.evaluate(*bad.specs())
+
+
+def test_vmap_over_checkpoint_bandwidth_matches_single_evaluations():
+    cfg = _cfg({"preset": "gb200-nvl72", "blast_radius": "replica", "spares_per_domain": 2})
+    m, tr, sy, st, eff = cfg.specs()
+
+    def days(bw):
+        s = dataclasses.replace(
+            sy, reliability=dataclasses.replace(sy.reliability, checkpoint_gbps=bw)
+        )
+        return cd.evaluate_unchecked(m, tr, s, st, eff).cost["time_to_train_days"]
+
+    bws = jnp.asarray([0.05, 0.5, 5.0])
+    batched = jax.jit(jax.vmap(days))(bws)
+    for i, bw in enumerate(bws):
+        assert float(batched[i]) == pytest.approx(float(days(bw)), rel=1e-12)
+    assert float(batched[0]) > float(batched[1]) > float(batched[2])

@@ -97,7 +97,8 @@ class Problem:
 
     @property
     def continuous_paths(self) -> tuple[str, ...]:
-        """The continuous hardware axes (accelerator knobs, then tier fields), in grid order."""
+        """The continuous hardware axes (accelerator knobs, tier fields, then reliability
+        knobs), in grid order."""
         acc = [f"system.accelerator.{k}" for k in ACCELERATOR_KNOBS]
         acc = [p for p in acc if p in self.hardware_values]
         tiers = sorted(
