@@ -16,6 +16,7 @@ __all__ = [
     "check_model",
     "check_system",
     "check_efficiency",
+    "check_reliability",
     "PLAUSIBLE",
     "plausibility_warnings",
 ]
@@ -161,6 +162,9 @@ def check_system(s) -> None:
     positive("system.amortization_years", s.amortization_years)
     for f in ("usd_per_kwh", "host_capex_usd_per_accelerator", "host_power_w_per_accelerator"):
         positive(f"system.{f}", getattr(s, f), allow_zero=True)
+    rel = getattr(s, "reliability", None)
+    if rel is not None:
+        check_reliability(rel)
 
 
 _FRACTIONS = ("gemm_max", "attention_eff", "hbm_eff", "grouped_gemm_eff", "ssd_eff")
@@ -239,3 +243,33 @@ def plausibility_warnings(system) -> list[str]:
             site = "cross-site " if f == "bandwidth_gbps" and float(t.cross_site) > 0 else ""
             check(f"{site}system.tiers[].{f}", f"system.tiers[{i}].{f}", getattr(t, f))
     return out
+
+
+_BLAST_RADII = ("host", "domain", "replica")
+
+
+def check_reliability(r) -> None:
+    """Check a concrete :class:`~codesign.goodput.Reliability` (rates and times >= 0,
+    fractions in [0, 1], a positive checkpoint bandwidth and host size)."""
+    for f in ("enabled", "async_checkpoint"):
+        v = positive(f"system.reliability.{f}", getattr(r, f), allow_zero=True)
+        if v > 1:
+            raise SpecError(f"system.reliability.{f}", getattr(r, f), "a fraction in [0, 1]")
+    for c in ("accelerator", "hbm", "host", "network", "switch", "software"):
+        positive(f"system.reliability.{c}_per_mh", getattr(r, f"{c}_per_mh"), allow_zero=True)
+    positive("system.reliability.accelerators_per_host", r.accelerators_per_host, integer=True)
+    positive("system.reliability.checkpoint_gbps", r.checkpoint_gbps)
+    for f in (
+        "checkpoint_interval_s",
+        "restart_s",
+        "rewarm_s",
+        "repair_s",
+        "spares_per_domain",
+        "usd_per_checkpoint_gbps",
+        "w_per_checkpoint_gbps",
+    ):
+        positive(f"system.reliability.{f}", getattr(r, f), allow_zero=True)
+    if r.blast_radius not in _BLAST_RADII:
+        raise SpecError(
+            "system.reliability.blast_radius", r.blast_radius, f"one of {list(_BLAST_RADII)}"
+        )

@@ -30,6 +30,7 @@ from codesign._catalog import (
     catalog_dir,
     data_dir,
 )
+from codesign.goodput import reliability_preset
 from codesign.pricing import ACCELERATOR_KNOBS, pricing_preset
 from codesign.rules import check_strategy
 from codesign.specs import (
@@ -304,6 +305,11 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
         tier_names.append(label)
         tier_presets.append(pname)
         tier_eff_set.append("efficiency" in tb)
+    rel_doc = sec.pop("reliability", {}) or {}
+    if not isinstance(rel_doc, dict):
+        raise SpecError("system.reliability", rel_doc, "a table (preset = ... and overrides)")
+    rel_doc = dict(rel_doc)
+    reliability = reliability_preset(rel_doc.pop("preset", None), **rel_doc)
     pricing_doc = sec.pop("pricing", {}) or {}
     if not isinstance(pricing_doc, dict):
         raise SpecError("system.pricing", pricing_doc, "a table of marginal prices")
@@ -311,11 +317,12 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
         System,
         {**sec, "num_accelerators": n},
         "system",
-        skip={"accelerator", "tiers", "pricing"},
+        skip={"accelerator", "tiers", "pricing", "reliability"},
         extra={
             "accelerator": accel,
             "tiers": tuple(tiers),
             "pricing": pricing_preset(**pricing_doc),
+            "reliability": reliability,
         },
     )
     check_system(system)

@@ -11,11 +11,19 @@
 * $/hour = capex / (amortization years x 8760 h) + power (kW) x $/kWh (straight-line
   amortization, no cost of capital);
 * $/step and kWh/step scale the hourly figures by the step time; time and cost to train
-  are ``tokens / tokens_per_s`` and ``steps x $/step``.
+  are ``tokens / tokens_per_s`` and ``steps x $/step``, divided by the expected goodput
+  (:mod:`codesign.goodput`: failures, checkpoints, restarts) when
+  ``system.reliability.enabled``;
+* with reliability on, checkpoint storage (``checkpoint_gbps`` per accelerator at
+  ``usd_per_checkpoint_gbps`` and ``w_per_checkpoint_gbps``) and hot spares (idle accelerators
+  with their host and network share, powered) add to capex and power.
 """
 
 from __future__ import annotations
 
+import jax.numpy as jnp
+
+from codesign.goodput import goodput
 from codesign.pricing import accelerator_power_w, accelerator_price_usd, tier_price_factor
 from codesign.smoothing import safe_div
 from codesign.specs import System
@@ -25,22 +33,50 @@ __all__ = ["cluster_cost"]
 HOURS_PER_YEAR = 8760.0
 
 
-def cluster_cost(system: System, step_time_s, tokens_per_step, total_tokens) -> dict:
-    """Cost figures of a cluster running steps of ``step_time_s`` seconds."""
+def cluster_cost(
+    system: System,
+    step_time_s,
+    tokens_per_step,
+    total_tokens,
+    checkpoint_bytes=0.0,
+    replica=1.0,
+) -> dict:
+    """Cost figures of a cluster running steps of ``step_time_s`` seconds.
+
+    ``checkpoint_bytes`` (a full checkpoint) and ``replica`` (accelerators of one model
+    replica, ``tp pp cp``) feed the goodput model (:func:`codesign.goodput.goodput`), whose
+    figures the dict carries too (``goodput``, ``failures_per_day``, ...).
+    """
     n = system.num_accelerators
     a = system.accelerator
     pr = system.pricing
+    rel = system.reliability
+    g = goodput(
+        rel,
+        n,
+        checkpoint_bytes,
+        a.host_link_gbps,
+        jnp.minimum(system.tiers[0].domain, n),
+        replica,
+    )
+    spares = g["spare_accelerators"]
     network_capex = sum(
         t.bandwidth_gbps * t.price_per_gbps_usd * tier_price_factor(t, pr, i == 0)
         for i, t in enumerate(system.tiers)
     )
-    capex = n * (
+    storage = rel.enabled * rel.checkpoint_gbps
+    storage_capex = n * storage * rel.usd_per_checkpoint_gbps
+    per_accelerator = (
         accelerator_price_usd(a, pr) + system.host_capex_usd_per_accelerator + network_capex
     )
+    capex = (n + spares) * per_accelerator + storage_capex
     network_power = sum(t.power_w for t in system.tiers)
     power_kw = (
-        n
-        * (accelerator_power_w(a, pr) + system.host_power_w_per_accelerator + network_power)
+        (
+            (n + spares)
+            * (accelerator_power_w(a, pr) + system.host_power_w_per_accelerator + network_power)
+            + n * storage * rel.w_per_checkpoint_gbps
+        )
         * system.pue
         / 1e3
     )
@@ -49,7 +85,7 @@ def cluster_cost(system: System, step_time_s, tokens_per_step, total_tokens) -> 
     )
     usd_per_step = usd_per_hour * step_time_s / 3600.0
     energy_kwh_per_step = power_kw * step_time_s / 3600.0
-    steps = safe_div(total_tokens, tokens_per_step)
+    steps = safe_div(total_tokens, tokens_per_step) / g["goodput"]
     return {
         "capex_usd": capex,
         "network_capex_usd": n * network_capex,
@@ -60,4 +96,7 @@ def cluster_cost(system: System, step_time_s, tokens_per_step, total_tokens) -> 
         "time_to_train_days": steps * step_time_s / 86400.0,
         "cost_to_train_usd": steps * usd_per_step,
         "energy_to_train_mwh": steps * energy_kwh_per_step / 1e3,
+        **g,
+        "storage_capex_usd": storage_capex,
+        "spare_capex_usd": spares * per_accelerator,
     }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["report_to_dict", "format_report"]
+__all__ = ["report_to_dict", "format_report", "GOODPUT_KEYS"]
 
 
 def _f(x) -> float:
@@ -45,11 +45,52 @@ def report_to_dict(report, cfg=None) -> dict:
     }
     if cfg is not None:
         out["config"] = cfg.names
+        if float(cfg.system.reliability.enabled) > 0:
+            out["goodput"] = {k: cost[k] for k in GOODPUT_KEYS}
         if float(cfg.training.tokens) > 0:
             out["time_to_train_days"] = cost["time_to_train_days"]
             out["cost_to_train_usd"] = cost["cost_to_train_usd"]
             out["energy_to_train_mwh"] = cost["energy_to_train_mwh"]
     return out
+
+
+GOODPUT_KEYS = (
+    "goodput",
+    "failures_per_day",
+    "mtbf_h",
+    "checkpoint_interval_s",
+    "checkpoint_write_s",
+    "checkpoint_delta_s",
+    "downtime_s",
+    "lost_checkpoint",
+    "lost_work",
+    "lost_restart",
+    "lost_repair",
+    "spare_accelerators",
+    "storage_capex_usd",
+    "spare_capex_usd",
+)
+"""The goodput figures of the cost dict (:mod:`codesign.goodput`), in ``--json`` under
+``goodput`` when ``system.reliability`` is on."""
+
+
+def _goodput_lines(g: dict) -> list[str]:
+    lines = [
+        f"goodput            {100 * g['goodput']:11.1f} %   ({g['failures_per_day']:.2f} failures/day,"
+        f" MTBF {g['mtbf_h']:.2f} h)",
+        f"  checkpoint       {g['checkpoint_write_s']:12.1f} s write, every {g['checkpoint_interval_s']:.0f} s"
+        f" (blocks {g['checkpoint_delta_s']:.1f} s)",
+        f"  downtime         {g['downtime_s']:12.0f} s per failure",
+    ]
+    for k in ("lost_checkpoint", "lost_work", "lost_restart", "lost_repair"):
+        lines.append(f"  {k:<16} {100 * g[k]:11.2f} %")
+    if g["spare_accelerators"] > 0:
+        lines.append(
+            f"  hot spares       {g['spare_accelerators']:12.0f} accelerators"
+            f"  ({g['spare_capex_usd'] / 1e6:.2f} M$ of the capex)"
+        )
+    lines.append(f"  storage          {g['storage_capex_usd'] / 1e6:12.2f} M$ of the capex")
+    return lines
 
 
 def format_report(d: dict, cfg=None) -> str:
@@ -131,6 +172,8 @@ def format_report(d: dict, cfg=None) -> str:
         f"cost               {c['usd_per_hour']:12.2f} $/h   {c['usd_per_step']:.4f} $/step"
     )
     lines.append(f"energy             {c['energy_kwh_per_step']:12.4f} kWh/step")
+    if "goodput" in d:
+        lines += _goodput_lines(d["goodput"])
     if "time_to_train_days" in d:
         lines.append(
             f"to train           {d['time_to_train_days']:12.2f} days  {d['cost_to_train_usd'] / 1e6:.3f} M$"

@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 from codesign.config import STRATEGY_FLAGS, STRATEGY_NUMBERS
+from codesign.goodput import Reliability
 from codesign.pricing import Pricing
 from codesign.specs import (
     PARALLEL_DIMS,
@@ -119,11 +120,19 @@ def run_toml(cfg, title: str | None = None) -> str:
     lines += [f"{k} = {_value(v)}" for k, v in _fields(cfg.system.accelerator, Accelerator).items()]
     lines += [
         f"{k} = {_value(v)}"
-        for k, v in _fields(cfg.system, System, skip=("accelerator", "tiers", "pricing")).items()
+        for k, v in _fields(
+            cfg.system, System, skip=("accelerator", "tiers", "pricing", "reliability")
+        ).items()
     ]
     lines.append("")
     lines.append("[system.pricing]")
     lines += [f"{k} = {_value(v)}" for k, v in _fields(cfg.system.pricing, Pricing).items()]
+    rel = cfg.system.reliability
+    if float(rel.enabled) > 0:
+        lines.append("")
+        lines.append("[system.reliability]")
+        lines += [f"{k} = {_value(v)}" for k, v in _fields(rel, Reliability).items()]
+        lines.append(f"blast_radius = {_value(rel.blast_radius)}")
     tier_names = names.get("tiers") or [f"tier{i}" for i in range(len(cfg.system.tiers))]
     for name, tier in zip(tier_names, cfg.system.tiers, strict=True):
         lines.append("")

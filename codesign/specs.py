@@ -32,6 +32,7 @@ from codesign.checks import (
     plausibility_warnings,
     positive,
 )
+from codesign.goodput import Reliability
 from codesign.pricing import Pricing
 
 __all__ = [
@@ -273,6 +274,8 @@ class System:
     pricing: Pricing = dataclasses.field(default_factory=Pricing)
     """Marginal prices of the hardware knobs (:mod:`codesign.pricing`; loaded configurations
     get the catalog fit of ``codesign/hardware/pricing.toml``)."""
+    reliability: Reliability = dataclasses.field(default_factory=Reliability)
+    """Failures, checkpoints and spares (:mod:`codesign.goodput`); the default is off."""
 
 
 @struct.dataclass(kw_only=True)

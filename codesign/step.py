@@ -39,6 +39,7 @@ from flax import struct
 from codesign import collectives as coll
 from codesign import compute, memory, pipeline, workload
 from codesign.cost import cluster_cost
+from codesign.goodput import CHECKPOINT_BYTES_PER_PARAM
 from codesign.rules import check_all, data_parallel_groups, expert_tp, sharded, zero_fractions
 from codesign.smoothing import EXACT, Smoothing, safe_div
 from codesign.specs import Efficiency, Model, Strategy, System, Training
@@ -400,8 +401,9 @@ def evaluate_unchecked(
     )
     denom = step_time * sy.num_accelerators * compute.peak_flops(sy, precision)
     tokens_total = training.tokens * (1.0 + diloco * (training.outer_tokens_factor - 1.0))
-    cost = cluster_cost(sy, step_time, tokens_step, tokens_total)
     totals = workload.total_params(m)
+    ckpt_bytes = CHECKPOINT_BYTES_PER_PARAM * totals["total"]
+    cost = cluster_cost(sy, step_time, tokens_step, tokens_total, ckpt_bytes, st.tp * st.pp * st.cp)
     return Report(
         step_time_s=step_time,
         breakdown_s=breakdown,

@@ -71,9 +71,24 @@ def _describe_design(cfg: RunConfig) -> list[str]:
     order = [
         PARALLEL_DIMS[i] for i in np.argsort(np.asarray(st.placement, dtype=float), kind="stable")
     ]
+    rel = sy.reliability
+    spares = (
+        [
+            f"goodput   spares {float(rel.spares_per_domain):g} per {rel.blast_radius}, checkpoint "
+            f"{float(rel.checkpoint_gbps):g} GB/s per accelerator, interval "
+            + (
+                f"{float(rel.checkpoint_interval_s):g} s"
+                if float(rel.checkpoint_interval_s) > 0
+                else "Daly-optimal"
+            )
+        ]
+        if float(rel.enabled) > 0
+        else []
+    )
     return [
         f"system    {int(sy.num_accelerators)} x {cfg.names['accelerator']} ({float(a.peak_tflops):g} TFLOP/s, "
         f"{float(a.hbm_gb):g} GB at {float(a.hbm_tbps):g} TB/s); tiers: {tiers}; latency {lat}",
+        *spares,
         f"placement {' < '.join(order)} (innermost first)",
         f"strategy  tp={st.tp:g} pp={st.pp:g} dp={st.dp:g} cp={st.cp:g} ep={st.ep:g} microbatch={st.microbatch:g} "
         f"interleave={st.interleave:g} recompute={rec} zero={int(st.zero.argmax())}",
@@ -137,4 +152,14 @@ def _design_dict(cfg: RunConfig) -> dict:
             "recompute": RECOMPUTE_MODES[int(st.recompute.argmax())],
             "zero": int(st.zero.argmax()),
         },
+        **(
+            {
+                "reliability": {
+                    k: float(getattr(sy.reliability, k))
+                    for k in ("spares_per_domain", "checkpoint_gbps", "checkpoint_interval_s")
+                }
+            }
+            if float(sy.reliability.enabled) > 0
+            else {}
+        ),
     }

@@ -19,11 +19,15 @@ def _cmd_evaluate(args) -> int:
     return 0
 
 
+PRESET_KINDS = ("models", "accelerators", "fabrics", "efficiency", "reliability")
+
+
 def _cmd_presets(args) -> int:
     from codesign.config import catalog
+    from codesign.goodput import reliability_presets
 
-    cat = catalog()
-    kinds = [args.kind] if args.kind else ["models", "accelerators", "fabrics", "efficiency"]
+    cat = {**catalog(), "reliability": reliability_presets()}
+    kinds = [args.kind] if args.kind else list(PRESET_KINDS)
     if args.json:
         print(json.dumps({k: cat[k] for k in kinds}, indent=2))
         return 0
@@ -31,8 +35,9 @@ def _cmd_presets(args) -> int:
         print(f"[{k}]")
         for name, t in cat[k].items():
             print(f"  {name:<24} {t.get('name', '')}")
-            if k == "accelerators":
-                print(f"  {'':<24} {_accelerator_figures(t)}")
+            if k in ("accelerators", "reliability"):
+                if k == "accelerators":
+                    print(f"  {'':<24} {_accelerator_figures(t)}")
                 print(_source_lines(t.get("source", ""), args.sources))
     return 0
 
@@ -84,7 +89,7 @@ def register(sub) -> None:
     e.add_argument("--json", action="store_true", help="print the report as JSON")
     e.set_defaults(func=_cmd_evaluate)
     pr = sub.add_parser("presets", help="list the catalog's presets")
-    pr.add_argument("kind", nargs="?", choices=["models", "accelerators", "fabrics", "efficiency"])
+    pr.add_argument("kind", nargs="?", choices=list(PRESET_KINDS))
     pr.add_argument("--json", action="store_true")
     pr.add_argument(
         "--sources",

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from codesign.search._evaluator import ExactEvaluator
-from codesign.search._problem import Problem
+from codesign.search._problem import LOG_FLOOR, Problem
 from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES
 
 __all__ = ["Discretizer", "bracket"]
@@ -41,8 +41,8 @@ _ZKEY = {
 
 def bracket(values: list, x: float, radius: int = 0) -> list[int]:
     """Indices of the grid values bracketing ``x`` in log2 (``radius`` more on each side)."""
-    v = np.log2(np.asarray(values, dtype=float))
-    xv = math.log2(x)
+    v = np.log2(np.maximum(np.asarray(values, dtype=float), LOG_FLOOR))
+    xv = math.log2(max(x, LOG_FLOOR))
     tol = 1e-6
     below = np.nonzero(v <= xv + tol)[0]
     above = np.nonzero(v >= xv - tol)[0]

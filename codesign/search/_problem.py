@@ -29,6 +29,8 @@ __all__ = [
     "MODES",
     "ACCELERATOR_KNOBS",
     "TIER_KNOBS",
+    "RELIABILITY_KNOBS",
+    "LOG_FLOOR",
 ]
 
 _ACCEL_FIELDS = tuple(
@@ -47,6 +49,13 @@ RELAX_OBJECTIVES = (
 )
 # ``[search.hardware]`` keys: the accelerator fields with a marginal price, searched as
 # continuous axes (codesign.pricing.ACCELERATOR_KNOBS).
+RELIABILITY_KNOBS = ("checkpoint_gbps", "spares_per_domain", "checkpoint_interval_s")
+"""``[search.reliability]`` fields (:class:`codesign.goodput.Reliability`) searched as
+continuous axes: storage bandwidth, hot spares and checkpoint interval, priced by the
+reliability spec (storage per GB/s, spares as idle accelerators).  Their grids may hold 0 (no
+spares, Daly's interval), which log boxes floor at :data:`LOG_FLOOR`."""
+LOG_FLOOR = 1e-3
+"""Smallest value of a log2 box (a grid value of 0 is relaxed from here)."""
 TIER_KNOBS = ("bandwidth_gbps", "latency_us", "oversubscription")
 """``[[search.tiers]]`` fields searched as continuous axes (``domain`` is a layout axis)."""
 MODES = ("codesign", "strategy", "hardware")
@@ -88,7 +97,8 @@ class Problem:
 
     @property
     def continuous_paths(self) -> tuple[str, ...]:
-        """The continuous hardware axes (accelerator knobs, then tier fields), in grid order."""
+        """The continuous hardware axes (accelerator knobs, tier fields, then reliability
+        knobs), in grid order."""
         acc = [f"system.accelerator.{k}" for k in ACCELERATOR_KNOBS]
         acc = [p for p in acc if p in self.hardware_values]
         tiers = sorted(
@@ -98,7 +108,9 @@ class Problem:
                 TIER_KNOBS.index(p.rsplit(".", 1)[1]) if p.rsplit(".", 1)[1] in TIER_KNOBS else -1,
             ),
         )
-        return tuple(acc + [p for p in tiers if not p.endswith(".domain")])
+        rel = [f"system.reliability.{k}" for k in RELIABILITY_KNOBS]
+        rel = [p for p in rel if p in self.hardware_values]
+        return tuple(acc + [p for p in tiers if not p.endswith(".domain")] + rel)
 
     @property
     def domain_tiers(self) -> tuple[int, ...]:

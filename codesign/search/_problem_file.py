@@ -37,6 +37,11 @@ whole strategy) plus::
     peak_tflops = [989, 1979]     # dense BF16
     host_link_gbps = [64, 450]
 
+    [search.reliability]          # goodput knobs (codesign.goodput; needs [system.reliability])
+    checkpoint_gbps = [0.1, 0.5, 2]       # checkpoint storage GB/s per accelerator, priced
+    spares_per_domain = [0, 4, 8]         # hot spares per blast unit (idle accelerators)
+    checkpoint_interval_s = [0, 600]      # 0: Daly's optimum
+
     [[search.tiers]]
     index = 1
     bandwidth_gbps = [25, 50, 100, 200]       # or {min = 25, max = 200, num = 16} (log-spaced)
@@ -97,6 +102,7 @@ from codesign.search._problem import (
     DEGREE_AXES,
     MODES,
     RELAX_OBJECTIVES,
+    RELIABILITY_KNOBS,
     STRATEGY_AXES,
     TIER_KNOBS,
     Problem,
@@ -108,13 +114,14 @@ from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES, SpecError, placement_ra
 __all__ = ["load_problem", "load_problem_dict", "MAX_AXIS_VALUES"]
 
 
-def _numbers(field: str, values, integer: bool = True) -> tuple:
+def _numbers(field: str, values, integer: bool = True, allow_zero: bool = False) -> tuple:
     if not isinstance(values, list) or not values:
         raise SpecError(field, values, "a non-empty list of numbers")
     out = []
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
-            raise SpecError(field, v, "a positive number")
+        bad = isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+        if bad or v < 0 or (v == 0 and not allow_zero):
+            raise SpecError(field, v, "a number >= 0" if allow_zero else "a positive number")
         if integer and v != round(v):
             raise SpecError(field, v, "a positive integer")
         out.append(float(v))
@@ -125,10 +132,10 @@ MAX_AXIS_VALUES = 100_000
 """Most values one axis of a problem grid may have (a range table is expanded on the host)."""
 
 
-def _grid(field: str, spec, integer: bool) -> tuple:
+def _grid(field: str, spec, integer: bool, allow_zero: bool = False) -> tuple:
     """A hardware grid from a list or a range table ``{min, max, num[, scale]}`` / ``{min, max, step}``."""
     if isinstance(spec, list):
-        return _numbers(field, spec, integer)
+        return _numbers(field, spec, integer, allow_zero)
     if not isinstance(spec, dict):
         raise SpecError(
             field, spec, "a list of numbers or a table {min, max, num} or {min, max, step}"
@@ -266,6 +273,15 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
         if k not in ACCELERATOR_KNOBS:
             raise SpecError(f"search.hardware.{k}", v, f"one of {', '.join(ACCELERATOR_KNOBS)}")
         hardware[f"system.accelerator.{k}"] = _grid(f"search.hardware.{k}", v, integer=False)
+    rel_doc = search.pop("reliability", {}) or {}
+    if not isinstance(rel_doc, dict):
+        raise SpecError("search.reliability", rel_doc, f"a table of {', '.join(RELIABILITY_KNOBS)}")
+    for k, v in rel_doc.items():
+        if k not in RELIABILITY_KNOBS:
+            raise SpecError(f"search.reliability.{k}", v, f"one of {', '.join(RELIABILITY_KNOBS)}")
+        hardware[f"system.reliability.{k}"] = _grid(
+            f"search.reliability.{k}", v, integer=False, allow_zero=k != "checkpoint_gbps"
+        )
     platforms = search.pop("accelerator", None)
     if platforms is not None:
         if isinstance(platforms, str):

@@ -44,7 +44,7 @@ from flax import struct
 
 from codesign.rules import CONSTRAINTS, caps_of, constrained_quantities
 from codesign.search._grid import OBJECTIVES, PLATFORM, axis_table, set_leaf, specs_of
-from codesign.search._problem import RELAX_OBJECTIVES, Problem
+from codesign.search._problem import LOG_FLOOR, RELAX_OBJECTIVES, Problem
 from codesign.smoothing import Smoothing
 from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES
 from codesign.step import evaluate_unchecked
@@ -189,7 +189,8 @@ def space_of(problem: Problem, fold_units: bool = True) -> Space:
 
 
 def _log2_range(values) -> list[float]:
-    return [math.log2(min(values)), math.log2(max(values))]
+    lo, hi = max(min(values), LOG_FLOOR), max(max(values), LOG_FLOOR)
+    return [math.log2(lo), math.log2(hi)]
 
 
 def box_of(problem: Problem) -> Box:

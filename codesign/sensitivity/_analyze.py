@@ -267,7 +267,7 @@ def problem_knobs(problem, cfg) -> tuple[Knob, ...]:
     for p in problem.continuous_paths:
         vals = [float(v) for v in problem.hardware_values[p]]
         if min(vals) < max(vals):
-            knobs.append(Knob(p, min(vals), max(vals), log=True))
+            knobs.append(Knob(p, max(min(vals), 1e-3), max(vals), log=True))
     return tuple(knobs) + memory_knobs(cfg)
 
 

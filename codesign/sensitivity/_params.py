@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from codesign.goodput import COMPONENTS
 from codesign.rules import valid_mask, with_derived_dp
 from codesign.search._grid import get_leaf, set_leaf, specs_of
 from codesign.specs import SpecError, precision_family
@@ -44,6 +45,15 @@ GROUPS = ("hardware", "economics", "workload")
 power, PUE, electricity) and the workload (model and batch)."""
 
 _PEAK = {"bf16": "peak_tflops", "fp8": "peak_tflops_fp8", "fp4": "peak_tflops_fp4"}
+_RELIABILITY = (
+    *((f"{c}_per_mh", f"{c} failures per million accelerator-hours") for c in COMPONENTS),
+    ("checkpoint_gbps", "checkpoint storage (GB/s per accelerator)"),
+    ("checkpoint_interval_s", "checkpoint interval (s)"),
+    ("restart_s", "restart after a failure (s)"),
+    ("rewarm_s", "re-warm after a restart (s)"),
+    ("repair_s", "repair wait without a hot spare (s)"),
+    ("spares_per_domain", "hot spares per blast unit"),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +141,9 @@ def parameters_of(cfg, groups=GROUPS, names=None) -> tuple[Parameter, ...]:
         add(f"{p}.oversubscription", f"{t} oversubscription", "hardware", lower=1.0)
         add(f"{p}.efficiency", f"{t} achieved fraction of bandwidth", "hardware", upper=1.0)
     add("system.num_accelerators", "accelerator count", "hardware", discrete=True, lower=1.0)
+    if float(sy.reliability.enabled) > 0:  # goodput at scale (codesign.goodput)
+        for f, label in _RELIABILITY:
+            add(f"system.reliability.{f}", label, "hardware")
     add("system.accelerator.price_usd", f"{acc} price (USD)", "economics")
     add("system.accelerator.power_w", f"{acc} power (W)", "economics")
     for i in range(len(sy.tiers)):
