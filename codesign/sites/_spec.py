@@ -109,6 +109,13 @@ def _check(job: Sites) -> None:
         raise SpecError("link.latency_us", lat, "a number >= 0 (microseconds)")
     if not float(job.link.oversubscription) >= 1:
         raise SpecError("link.oversubscription", float(job.link.oversubscription), ">= 1")
+    for i, s in enumerate(job.sites):
+        if float(s.system.reliability.enabled) > 0:
+            raise SpecError(
+                f"sites[{i}].system.reliability.enabled",
+                float(s.system.reliability.enabled),
+                "off: goodput (failures, checkpoints) over several sites is not modelled yet",
+            )
     if job.across == "pp":
         first = job.sites[0].strategy
         for i, s in enumerate(job.sites):
