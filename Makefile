@@ -7,7 +7,7 @@
 #   make test-all       -- both tiers and the doctests
 #   make lint           -- ruff check and ruff format --check
 #   make install-check  -- pip install . into a fresh venv; every command from outside the repo
-# .ci/run runs all of them.
+# .ci/run runs set-up, test, doctest, lint and install-check; .ci/run --slow adds test-slow.
 PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin

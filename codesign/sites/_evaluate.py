@@ -187,9 +187,23 @@ def _costs(job: Sites, step) -> dict:
         cluster_cost(_site_system_with_link(job, i), step, tokens_step, tokens)
         for i in range(len(job.sites))
     ]
-    out = {k: sum(c[k] for c in per) for k in per[0]}
-    out["time_to_train_days"] = per[0]["time_to_train_days"]
-    return out
+    # Money, power and energy add over the sites; the rest (time to train, the goodput
+    # figures, which are 1 and 0 here: goodput over sites is not modelled) is the job's.
+    return {k: sum(c[k] for c in per) if k in _ADDITIVE else per[0][k] for k in per[0]}
+
+
+_ADDITIVE = (
+    "capex_usd",
+    "network_capex_usd",
+    "power_kw",
+    "usd_per_hour",
+    "usd_per_step",
+    "energy_kwh_per_step",
+    "cost_to_train_usd",
+    "energy_to_train_mwh",
+    "storage_capex_usd",
+    "spare_capex_usd",
+)
 
 
 def _homogeneous_step(job: Sites, i: int, sm: Smoothing):
