@@ -18,14 +18,16 @@ mkdir -p "$RUN"
 # The example files the commands run on (copied: the commands never see the repository).
 cp "$REPO/experiments/configs/gpt3-175b-a100.toml" "$RUN/run.toml"
 cp "$REPO/experiments/problems/llama3-8b-64xh100-step.toml" "$RUN/problem.toml"  # 1,152 points
+cp "$REPO/experiments/configs/llama3-70b-h100-gb200-sites.toml" "$RUN/sites.toml"
 
 # The commands and the words their output must contain.  The validate line is kept short
 # (one random split, 50 Adam steps): it checks that the command and its data work, not the
 # calibration itself.
 CHECKS=(
-  "--help|evaluate|sweep|optimize|validate"
+  "--help|evaluate|sweep|optimize|sites|validate"
   "presets accelerators|h100-sxm5-80gb"
   "evaluate run.toml|step time|memory/accelerator|capex"
+  "sites sites.toml --balance|balance loss|balanced over"
   "sweep problem.toml --no-progress|exact optimum of the grid|exact evaluations  1,152"
   "optimize problem.toml --no-progress --steps 30 --starts 4 --method relaxed|relaxed objective|exact evaluations"
   "validate --no-report --random-splits 1 --steps 50 --data $REPO/codesign/data/measured_runs_megatron_bridge_2025.json|MAPE|Held-out"
