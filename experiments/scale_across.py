@@ -24,7 +24,8 @@ exhaustive sweep, under each placement of the parallel dimensions on the tiers:
 
 * **(d) A heterogeneous pair**: an H100 building and a GB200 building (``codesign.sites``):
   each site's inner strategy and the uneven split of the batch (dp across) or the layers (pp
-  across), against the even split and against homogeneous clusters of the same peak FLOP/s.
+  across), against the even split and against homogeneous clusters of the same peak FLOP/s;
+  and (d2) how to split a budget between the two buildings.
 * **(e) A cross-site pipeline schedule** (CrossPipe-style extra warm-up before the link)
   against plain 1F1B.
 * **(f) Co-design across sites**: how many buildings, how much link, which dimension crosses,
@@ -131,7 +132,7 @@ PP_GRID = sites.strategy_grid(
 )
 
 
-def sites_job(model, bw, lat_us, batch, across="pp", schedule="1f1b", site_list=None):
+def sites_job(model, bw, lat_us, batch, across="pp", schedule="1f1b", site_list=None, check=True):
     """Two sites of 1,024 H100 (or ``site_list``) joined by the priced link."""
     site = {
         "accelerator": "h100-sxm5-80gb",
@@ -153,7 +154,8 @@ def sites_job(model, bw, lat_us, batch, across="pp", schedule="1f1b", site_list=
             "sites": site_list or [dict(site, name="site A"), dict(site, name="site B")],
             "across": across,
             "schedule": schedule,
-        }
+        },
+        check=check,
     )
 
 
@@ -563,6 +565,77 @@ def study_d(
     figs["scale_across_heterogeneous.png"] = fig
 
 
+def _capex_per_accelerator(job, i) -> float:
+    """Capex of one accelerator of site ``i`` with its inner tiers and link port."""
+    from codesign.cost import cluster_cost
+
+    s = job.sites[i]
+    system = s.system.replace(tiers=(*s.system.tiers, job.link), num_accelerators=1.0)
+    return float(cluster_cost(system, 1.0, 1.0, 0.0)["capex_usd"])
+
+
+def study_split(lines, model="llama3-405b", batch=1152, bw=1.0):
+    """How to split a fixed budget between an H100 and a GB200 building."""
+    base = _het_job(model, bw, "dp", batch)
+    price = [_capex_per_accelerator(base, i) for i in range(2)]
+    budget = sum(
+        p * float(s.system.num_accelerators) for p, s in zip(price, base.sites, strict=True)
+    )
+    lines += [
+        f"### (d2) How to split a budget between the two buildings ({model}, {bw:g} GB/s)",
+        "",
+        f"The pair's capex (${budget / 1e6:.1f}M: accelerators, inner tiers and link ports) "
+        "spent on GB200 racks of 72 and the rest on H100 (in blocks of 128, a count whose "
+        "data parallelism can divide the batch), data parallelism across, each site's "
+        "strategy and the batch split chosen as in (d).",
+        "",
+        "| GB200 | H100 | capex | time to train (d) | split (H100 / GB200 seq) |",
+        "|---|---|---|---|---|",
+    ]
+    rows = []
+    smooth = [1, 2, 3, 4, 6, 8, 9, 12, 16, 18, 24, 27, 32, 36, 48, 54, 64]  # 3-smooth
+    for racks in [0, 1, 2, 4, 8, 12, 16, 18, 24, 27]:
+        n_gb = 72 * racks
+        room = (budget - n_gb * price[1]) / price[0] / 128
+        if room < 0:
+            break
+        n_h = 128 * max([k for k in smooth if k <= room], default=0)
+        site_list = []
+        if n_h:
+            h = dict(HET_SITES["h100"], name="h100", num_accelerators=n_h)
+            h["tiers"] = [h["tiers"][0], dict(h["tiers"][1], domain=n_h)]
+            site_list.append(dict(h, strategy={"tp": 8, "pp": 1, "dp": n_h // 8}))
+        if n_gb:
+            g = dict(HET_SITES["gb200"], name="gb200", num_accelerators=n_gb)
+            g["tiers"] = [g["tiers"][0], dict(g["tiers"][1], domain=n_gb)]
+            site_list.append(dict(g, strategy={"tp": 8, "pp": 1, "dp": n_gb // 8}))
+        try:
+            job = sites_job(model, bw, 1000.0, batch, "dp", site_list=site_list, check=False)
+        except cd.SpecError:
+            job = None
+        best_job, info = (None, None)
+        if job is not None:
+            try:
+                best_job, info = sites.best_strategies(job, [HET_GRID] * len(site_list), tied=False)
+            except cd.SpecError:
+                pass
+        if best_job is None or not info["fits"]:
+            lines.append(f"| {n_gb:,} | {n_h:,} | | no valid layout that fits | |")
+            continue
+        r = sites.evaluate_sites(best_job, homogeneous=False)
+        days = float(r.cost["time_to_train_days"])
+        capex = n_h * price[0] + n_gb * price[1]
+        rows.append((days, n_gb, n_h))
+        split = " / ".join(f"{float(x):g}" for x in r.shares)
+        lines.append(f"| {n_gb:,} | {n_h:,} | ${capex / 1e6:.1f}M | {days:.2f} | {split} |")
+    best = min(rows)
+    lines += [
+        "",
+        f"Fastest for this budget: {best[1]:,} GB200 with {best[2]:,} H100 ({best[0]:.2f} days).",
+        "",
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="three bandwidths only")
@@ -586,6 +659,7 @@ def main() -> None:
     study_b(bws, table, lines)
     study_c(bws, lines, figs)
     study_d(lines, figs, bws=(0.1, 1.0) if args.quick else (0.1, 1.0, 10.0))
+    study_split(lines)
     study_e(bws, table, lines)
     study_codesign(
         lines, ROOT / "experiments" / "problems" / "llama3-405b-multisite-placement.toml"

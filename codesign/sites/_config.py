@@ -43,7 +43,7 @@ def _link(doc, site_run: dict) -> Tier:
     return cfg.system.tiers[-1]
 
 
-def load_sites_dict(doc: dict) -> Sites:
+def load_sites_dict(doc: dict, check: bool = True) -> Sites:
     """A :class:`~codesign.sites.Sites` job from a dict (the ``[sites]`` form of a TOML file).
 
     Keys: ``model`` and ``training`` (as in a run file), ``link`` (a fabric preset such as
@@ -55,6 +55,9 @@ def load_sites_dict(doc: dict) -> Sites:
     ``share`` (sequences per step for ``dp``, layers for ``pp``; default
     :func:`~codesign.sites.even_shares`).  Each site is checked as a run of its own (its
     share of the batch, or of the layers); a bad field is named ``sites[i].<field>``.
+    ``check=False`` skips those run checks and, when the sites' strategies admit no valid
+    split, leaves the shares in proportion to replicas or stages (for a search such as
+    :func:`~codesign.sites.best_strategies` to replace the strategies).
     """
     from codesign.config import load_run_dict
 
@@ -106,15 +109,22 @@ def load_sites_dict(doc: dict) -> Sites:
         schedule=schedule,
     )
     _check(job)
-    if all(float(s.share) == 0 for s in job.sites):
-        job = _with_shares(job, even_shares(job))
     total = _total_work(job)
+    if all(float(s.share) == 0 for s in job.sites):
+        try:
+            job = _with_shares(job, even_shares(job))
+        except SpecError:
+            if check:
+                raise
+            w = [float(s.strategy.dp if across == "dp" else s.strategy.pp) for s in job.sites]
+            job = _with_shares(job, [total * x / sum(w) for x in w])
     if abs(sum(float(s.share) for s in job.sites) - total) > 1e-9:
         what = "training.global_batch" if across == "dp" else "the model's layers"
         raise SpecError(
             "sites[].share", [float(s.share) for s in job.sites], f"shares summing to {what}"
         )
-    check_sites(job)
+    if check:
+        check_sites(job)
     return job
 
 
