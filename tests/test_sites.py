@@ -31,7 +31,7 @@ def _site(acc="h100-sxm5-80gb", n=64, tiers=H100, name=None, **st):
     return d
 
 
-def _job(sites_, link=None, model="llama3-8b", batch=512, across="dp", **kw):
+def _job(sites_, link=None, model="llama3-8b", batch=512, across="dp", check=True, **kw):
     doc = {
         "model": {"preset": model},
         "training": {"global_batch": batch, "tokens": 1e11},
@@ -40,7 +40,7 @@ def _job(sites_, link=None, model="llama3-8b", batch=512, across="dp", **kw):
         "across": across,
     }
     doc.update(kw)
-    return sites.load_sites_dict(doc)
+    return sites.load_sites_dict(doc, check=check)
 
 
 def _flat(ib, n=128, model="llama3-8b", batch=512, **st):
@@ -315,3 +315,17 @@ def test_cli_sites_prints_the_table_and_json(capsys):
     out = capsys.readouterr().out
     assert "balance loss" in out and "gb200" in out
     assert main(["sites", path.replace("sites.toml", "nope.toml")]) == 2
+
+
+def test_load_without_checks_keeps_proportional_shares_when_no_split_is_valid():
+    """Strategies that admit no whole-micro-batch split (128 and 144 replicas for a batch of
+    1,024) are an error at a checked load, and load unchecked with proportional shares, for a
+    search such as best_strategies to replace them."""
+    a = _site(n=1024, tiers=[H100[0], dict(H100[1], domain=1024)], tp=8, pp=1, dp=128)
+    b = _site("gb200", 1152, [GB200[0], dict(GB200[1], domain=1152)], tp=8, pp=1, dp=144)
+    with pytest.raises(SpecError, match="sites.share"):
+        _job([a, b], batch=1024)
+    job = _job([a, b], batch=1024, check=False)
+    np.testing.assert_allclose(
+        [float(s.share) for s in job.sites], [1024 * 128 / 272, 1024 * 144 / 272]
+    )
