@@ -59,10 +59,14 @@ def stack_tiers(values):
     return jnp.stack(jnp.broadcast_arrays(*[jnp.asarray(v, dtype=float) for v in values]))
 
 
+def tier_bytes_per_s(tier):
+    """Effective bandwidth of one tier, bytes/s per accelerator per direction: the listed
+    GB/s times the calibrated efficiency, over the oversubscription."""
+    return tier.bandwidth_gbps * 1e9 * tier.efficiency / tier.oversubscription
+
+
 def _bandwidths(system: System):
-    return stack_tiers(
-        [t.bandwidth_gbps * 1e9 * t.efficiency / t.oversubscription for t in system.tiers]
-    )
+    return stack_tiers([tier_bytes_per_s(t) for t in system.tiers])
 
 
 def tier_bandwidth_bytes_per_s(system: System) -> list:

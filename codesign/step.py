@@ -400,7 +400,7 @@ def evaluate_unchecked(
         * (r[1] * w[0] * f["attention"] + r[2] * phi * (f["gemm"] + f["attention"]))
     )
     denom = step_time * sy.num_accelerators * compute.peak_flops(sy, precision)
-    tokens_total = training.tokens * (1.0 + diloco * (training.outer_tokens_factor - 1.0))
+    tokens_total = tokens_to_train(training, st, sm)
     totals = workload.total_params(m)
     ckpt_bytes = CHECKPOINT_BYTES_PER_PARAM * totals["total"]
     cost = cluster_cost(sy, step_time, tokens_step, tokens_total, ckpt_bytes, st.tp * st.pp * st.cp)
@@ -428,6 +428,13 @@ def evaluate_unchecked(
             k: sg[1] + 0.0 * step_time for k, sg in zip(pipeline.STAGES, stages, strict=True)
         },
     )
+
+
+def tokens_to_train(training: Training, strategy: Strategy, sm: Smoothing = EXACT):
+    """Tokens the run needs: ``training.tokens``, times ``outer_tokens_factor`` with
+    reduced-frequency synchronization (DiLoCo, ``outer_sync_interval > 1``)."""
+    diloco = sm.step(strategy.outer_sync_interval - 1.0)
+    return training.tokens * (1.0 + diloco * (training.outer_tokens_factor - 1.0))
 
 
 _evaluate_jit = jax.jit(evaluate_unchecked)

@@ -8,12 +8,13 @@ import jax
 import jax.numpy as jnp
 
 from codesign import pipeline
+from codesign.collectives import tier_bytes_per_s
 from codesign.compute import peak_flops
 from codesign.cost import cluster_cost
 from codesign.sites._spec import DP_OUTERMOST, Sites, SitesReport, _check, _replace
 from codesign.smoothing import EXACT, Smoothing, safe_div
 from codesign.specs import Model, System
-from codesign.step import Report, evaluate_unchecked
+from codesign.step import Report, evaluate_unchecked, tokens_to_train
 from codesign.workload import model_flops_per_step
 
 
@@ -84,16 +85,14 @@ def site_parts(job: Sites, i: int, share, sm: Smoothing) -> dict:
 
 def _link_delay_s(job: Sites, a: int, b: int):
     """One-way time of one micro-batch's activations from site ``a`` to site ``b``: the
-    larger of the two sides' tensor-parallel shards over one accelerator's link share."""
-    m, link = job.model, job.link
-
-    def shard(st):
-        return 1.0 / (st.tp * st.cp * st.sequence_parallel + 1.0 - st.sequence_parallel)
-
+    ``b s h / (tp cp)`` half-precision shard of each rank, as in the single-site model's
+    point-to-point (:mod:`codesign.pipeline`), for the smaller ``tp`` of the two sides,
+    over one accelerator's share of the link."""
+    m = job.model
     st_a, st_b = job.sites[a].strategy, job.sites[b].strategy
-    nbytes = 2.0 * st_a.microbatch * m.seq_len * m.hidden * jnp.maximum(shard(st_a), shard(st_b))
-    bw = link.bandwidth_gbps * 1e9 * link.efficiency / link.oversubscription
-    return link.latency_us * 1e-6 + safe_div(nbytes, bw)
+    tp = jnp.minimum(st_a.tp, st_b.tp)
+    nbytes = 2.0 * st_a.microbatch * m.seq_len * m.hidden / (tp * st_a.cp)
+    return job.link.latency_us * 1e-6 + safe_div(nbytes, tier_bytes_per_s(job.link))
 
 
 def _stack(xs):
@@ -176,13 +175,12 @@ def _site_system_with_link(job: Sites, i: int) -> System:
     return _replace(s.system, tiers=(*s.system.tiers, _replace(job.link, cross_site=1.0)))
 
 
-def _costs(job: Sites, step) -> dict:
+def _costs(job: Sites, step, sm: Smoothing) -> dict:
     """Costs summed over the sites (each with its link ports); DiLoCo's tokens penalty as in
     the single-site model."""
     tr = job.training
     tokens_step = tr.global_batch * job.model.seq_len
-    diloco = jnp.where(job.sites[0].strategy.outer_sync_interval > 1.0, 1.0, 0.0)
-    tokens = tr.tokens * (1.0 + diloco * (tr.outer_tokens_factor - 1.0))
+    tokens = tokens_to_train(tr, job.sites[0].strategy, sm)
     per = [
         cluster_cost(_site_system_with_link(job, i), step, tokens_step, tokens)
         for i in range(len(job.sites))
@@ -263,7 +261,7 @@ def evaluate_sites_unchecked(job: Sites, smoothing: Smoothing = EXACT, homogeneo
         extra_warmup=c["extra"],
         tokens_per_s=safe_div(job.training.global_batch * job.model.seq_len, step),
         mfu=safe_div(flops, step * peak),
-        cost=_costs(job, step),
+        cost=_costs(job, step, sm),
         shares=_stack([jnp.asarray(x, dtype=float) for x in shares]),
     )
 
