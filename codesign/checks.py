@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 __all__ = [
     "SpecError",
     "positive",
@@ -269,7 +271,10 @@ def check_reliability(r) -> None:
         "w_per_checkpoint_gbps",
     ):
         positive(f"system.reliability.{f}", getattr(r, f), allow_zero=True)
-    if r.blast_radius not in _BLAST_RADII:
+    w = np.asarray(r.blast_radius, dtype=float)
+    if w.shape != (len(_BLAST_RADII),) or (w < 0).any() or abs(float(w.sum()) - 1.0) > 1e-6:
         raise SpecError(
-            "system.reliability.blast_radius", r.blast_radius, f"one of {list(_BLAST_RADII)}"
+            "system.reliability.blast_radius",
+            r.blast_radius,
+            f"weights over {list(_BLAST_RADII)} summing to 1 (one-hot for a named radius)",
         )

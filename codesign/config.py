@@ -30,7 +30,7 @@ from codesign._catalog import (
     catalog_dir,
     data_dir,
 )
-from codesign.goodput import reliability_preset
+from codesign.goodput import default_reliability_preset, reliability_preset
 from codesign.pricing import ACCELERATOR_KNOBS, pricing_preset
 from codesign.rules import check_strategy
 from codesign.specs import (
@@ -162,6 +162,10 @@ def system_preset(
         tier_preset(scale_out or a["scale_out"], num_accelerators, domain=float(num_accelerators)),
     )
     overrides.setdefault("pricing", pricing_preset())
+    overrides.setdefault(
+        "reliability",
+        reliability_preset(default_reliability_preset(accelerator, a["scale_up_domain"])),
+    )
     return System(
         accelerator=accelerator_preset(accelerator),
         tiers=tiers,
@@ -309,7 +313,10 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
     if not isinstance(rel_doc, dict):
         raise SpecError("system.reliability", rel_doc, "a table (preset = ... and overrides)")
     rel_doc = dict(rel_doc)
-    reliability = reliability_preset(rel_doc.pop("preset", None), **rel_doc)
+    rel_name = rel_doc.pop("preset", "auto")
+    if rel_name == "auto":  # by platform: default_reliability_preset
+        rel_name = default_reliability_preset(accel_name, float(tiers[0].domain))
+    reliability = reliability_preset(rel_name, **rel_doc)
     pricing_doc = sec.pop("pricing", {}) or {}
     if not isinstance(pricing_doc, dict):
         raise SpecError("system.pricing", pricing_doc, "a table of marginal prices")
@@ -333,6 +340,7 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
         "tiers": tier_names,
         "tier_presets": tier_presets,
         "_tier_efficiency_set": tier_eff_set,
+        "reliability": rel_name if float(reliability.enabled) > 0 else "none",
     }
 
 

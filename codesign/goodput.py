@@ -47,15 +47,23 @@ job, with every part of the loss:
   ``lambda (tau + delta) / 2``), restart and re-warm ``lambda (restart + read + rewarm)`` and
   repair waits ``lambda (1 - cover) repair``, in proportion to these first-order terms.
 
-Time, cost and energy to train divide by the goodput (:mod:`codesign.cost`).  With
-``enabled = 0`` (the default of :class:`Reliability`) the goodput is exactly 1 and neither
-storage nor spares are priced, so every figure is bit-identical to the model without it.
-Everything is a dynamic leaf except ``blast_radius`` (static: it selects which size is read).
+Time, cost and energy to train divide by the goodput (:mod:`codesign.cost`).  Run files
+count failures by default: without ``[system.reliability]`` (or with ``preset = "auto"``)
+a run gets its platform's preset (:func:`default_reliability_preset`).  With ``enabled = 0``
+(``preset = "none"``, or :class:`Reliability` as constructed) the goodput is exactly 1 and
+neither storage nor spares are priced, so every figure is bit-identical to the model
+without it.  A job over several sites has one goodput (:func:`job_goodput`).
+Every field is a dynamic leaf: ``blast_radius`` is stored as weights over
+:data:`BLAST_RADII` (one-hot for a named radius, like ``Strategy.recompute``), so platforms
+with different blast units stack into one sweep and relax into one optimization.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from codesign._catalog import _fill, _load_catalog_file
@@ -66,6 +74,7 @@ __all__ = [
     "Reliability",
     "COMPONENTS",
     "BLAST_RADII",
+    "PLATFORM_FIELDS",
     "CHECKPOINT_BYTES_PER_PARAM",
     "reliability_preset",
     "reliability_presets",
@@ -74,7 +83,12 @@ __all__ = [
     "young_interval",
     "daly_interval",
     "goodput",
+    "fleet_failures",
+    "job_goodput",
     "blast_size",
+    "blast_radius_name",
+    "blast_weights",
+    "default_reliability_preset",
 ]
 
 COMPONENTS = ("accelerator", "hbm", "host", "network", "switch", "software")
@@ -82,6 +96,16 @@ COMPONENTS = ("accelerator", "hbm", "host", "network", "switch", "software")
 BLAST_RADII = ("host", "domain", "replica")
 """What one failure takes out of the job's layout: the host, the scale-up domain (tier 0),
 or the model replica (``tp pp cp`` accelerators)."""
+PLATFORM_FIELDS = (
+    *(f"{c}_per_mh" for c in COMPONENTS),
+    "accelerators_per_host",
+    "repair_s",
+    "blast_radius",
+)
+"""The :class:`Reliability` fields that belong to a hardware platform (its failure rates,
+host size, repair wait and blast unit): a ``system.platform`` axis of a search carries them,
+each platform with its own run file's values; the rest (storage, interval, restart, spares,
+prices) are the problem's."""
 CHECKPOINT_BYTES_PER_PARAM = 14.0
 """bf16 weights (2) plus fp32 master weights and Adam's two moments (12): the memory model's
 weight and optimizer terms per parameter, unsharded."""
@@ -93,8 +117,10 @@ class Reliability:
 
     Rates are failures per million accelerator-hours (``_per_mh``); times in seconds;
     ``checkpoint_gbps`` is GB/s per accelerator (the storage system's aggregate write and read
-    bandwidth over the accelerator count).  The defaults are off (``enabled = 0``); the
-    catalog presets (``codesign/hardware/reliability.toml``) carry each number's source.
+    bandwidth over the accelerator count).  The constructor's defaults are off
+    (``enabled = 0``); run files get their platform's catalog preset
+    (``codesign/hardware/reliability.toml``, each number with its source) unless they say
+    ``preset = "none"``.
     """
 
     enabled: float = 0.0
@@ -134,8 +160,10 @@ class Reliability:
     """Capex of checkpoint storage per GB/s per accelerator, USD."""
     w_per_checkpoint_gbps: float = 0.0
     """Power of checkpoint storage per GB/s per accelerator, W."""
-    blast_radius: str = struct.field(pytree_node=False, default="domain")
-    """``host``, ``domain`` (the scale-up domain, tier 0) or ``replica`` (``tp pp cp``)."""
+    blast_radius: jnp.ndarray = dataclasses.field(default_factory=lambda: np.array([0.0, 1.0, 0.0]))
+    """Weights over :data:`BLAST_RADII` (``host``, ``domain``: the scale-up domain, tier 0,
+    ``replica``: ``tp pp cp``); one-hot for a named radius (:func:`reliability_preset` takes
+    the name)."""
 
 
 def reliability_presets() -> dict:
@@ -143,14 +171,38 @@ def reliability_presets() -> dict:
     return {k: v for k, v in _load_catalog_file("reliability").items() if isinstance(v, dict)}
 
 
+def blast_weights(blast) -> np.ndarray:
+    """Weights over :data:`BLAST_RADII` of a radius name (one-hot) or of a weight vector."""
+    if isinstance(blast, str):
+        if blast not in BLAST_RADII:
+            raise SpecError("system.reliability.blast_radius", blast, f"one of {list(BLAST_RADII)}")
+        return np.eye(len(BLAST_RADII))[BLAST_RADII.index(blast)]
+    try:
+        w = np.asarray(blast, dtype=float)
+    except (TypeError, ValueError):
+        w = np.zeros(0)
+    if w.shape != (len(BLAST_RADII),) or (w < 0).any() or abs(w.sum() - 1.0) > 1e-6:
+        raise SpecError(
+            "system.reliability.blast_radius",
+            blast,
+            f"one of {list(BLAST_RADII)} (or weights over them summing to 1)",
+        )
+    return w
+
+
+def blast_radius_name(rel: Reliability) -> str:
+    """The name of the heaviest blast radius of ``rel`` (its name when one-hot)."""
+    return BLAST_RADII[int(np.argmax(np.asarray(rel.blast_radius, dtype=float)))]
+
+
 def reliability_preset(name: str | None = None, **overrides) -> Reliability:
     """A :class:`Reliability` from a catalog preset (``None``: the defaults, off) with
     overrides; a preset turns the model on unless ``enabled`` is given.
 
     Example:
-        >>> from codesign.goodput import reliability_preset
+        >>> from codesign.goodput import blast_radius_name, reliability_preset
         >>> r = reliability_preset("llama3-h100")
-        >>> float(r.enabled), r.blast_radius
+        >>> float(r.enabled), blast_radius_name(r)
         (1.0, 'host')
     """
     table: dict = {}
@@ -158,17 +210,35 @@ def reliability_preset(name: str | None = None, **overrides) -> Reliability:
         presets = reliability_presets()
         if not isinstance(name, str) or name not in presets:
             raise SpecError(
-                "system.reliability.preset", name, f"one of {', '.join(sorted(presets))}"
+                "system.reliability.preset", name, f"one of auto, {', '.join(sorted(presets))}"
             )
         table = dict(presets[name])
         table.setdefault("enabled", 1.0)
     table.update(overrides)
     if isinstance(table.get("enabled"), bool):
         table["enabled"] = float(table["enabled"])
-    blast = table.pop("blast_radius", "domain")
-    if blast not in BLAST_RADII:
-        raise SpecError("system.reliability.blast_radius", blast, f"one of {list(BLAST_RADII)}")
+    blast = blast_weights(table.pop("blast_radius", "domain"))
     return _fill(Reliability, table, "system.reliability", extra={"blast_radius": blast})
+
+
+def default_reliability_preset(accelerator_name: str | None, scale_up_domain) -> str:
+    """The reliability preset a run file gets when it names none (``preset = "auto"``).
+
+    By platform: an A100 (name starting ``a100``) gets ``rsc1-a100`` (Meta RSC-1's measured
+    A100 rate); a scale-up domain wider than an 8-accelerator host (a rack-scale NVLink domain
+    such as GB200/GB300 NVL72, or a TPU/Trainium pod slice) gets ``gb200-nvl72`` (the domain is
+    the blast unit); anything else gets ``llama3-h100`` (Llama 3's measured H100 rates, the host
+    as blast unit).
+
+    Example:
+        >>> default_reliability_preset("h100-sxm5-80gb", 8), default_reliability_preset("gb200", 72)
+        ('llama3-h100', 'gb200-nvl72')
+    """
+    if str(accelerator_name or "").lower().startswith("a100"):
+        return "rsc1-a100"
+    if float(scale_up_domain) > 8:
+        return "gb200-nvl72"
+    return "llama3-h100"
 
 
 def failure_rate_per_s(rel: Reliability, n):
@@ -181,9 +251,15 @@ def checkpoint_times(rel: Reliability, n, checkpoint_bytes, host_link_gbps) -> d
     """``write_s`` (and read) of a checkpoint of ``checkpoint_bytes`` by ``n`` accelerators,
     the device-to-host ``snapshot_s`` (the write where there is no host link) and the
     blocking time ``delta_s`` (synchronous: the write; asynchronous: the snapshot)."""
-    write = safe_div(checkpoint_bytes, n * rel.checkpoint_gbps * 1e9)
-    snap = safe_div(checkpoint_bytes / n, host_link_gbps * 1e9, fallback=write)
-    snap = jnp.where(host_link_gbps > 0, snap, write)
+    return _checkpoint_times(
+        rel, checkpoint_bytes, n * rel.checkpoint_gbps * 1e9, n * host_link_gbps * 1e9
+    )
+
+
+def _checkpoint_times(rel: Reliability, checkpoint_bytes, write_bytes_per_s, host_bytes_per_s):
+    write = safe_div(checkpoint_bytes, write_bytes_per_s)
+    snap = safe_div(checkpoint_bytes, host_bytes_per_s, fallback=write)
+    snap = jnp.where(host_bytes_per_s > 0, snap, write)
     a = rel.async_checkpoint
     return {"write_s": write, "snapshot_s": snap, "delta_s": (1.0 - a) * write + a * snap}
 
@@ -208,10 +284,27 @@ def _cover(rel: Reliability):
 
 
 def blast_size(rel: Reliability, domain, replica):
-    """Accelerators of one blast unit (:data:`BLAST_RADII`)."""
-    return {"host": rel.accelerators_per_host, "domain": domain, "replica": replica}[
-        rel.blast_radius
-    ]
+    """Accelerators of one blast unit: the weights of ``rel.blast_radius`` over the host, the
+    scale-up ``domain`` and the ``replica`` (:data:`BLAST_RADII`)."""
+    w = rel.blast_radius
+    return w[0] * rel.accelerators_per_host + w[1] * domain + w[2] * replica
+
+
+def fleet_failures(rel: Reliability, n, host_link_gbps, domain, replica) -> dict:
+    """The failure terms of ``n`` accelerators under ``rel`` that add over the fleets
+    (the sites) of one synchronous job: interruptions per second ``lambda``, the repair wait
+    they cause per second ``lambda (1 - cover) repair`` (for blast units wider than a host),
+    checkpoint storage and device-to-host bytes per second, and hot-spare accelerators."""
+    lam = failure_rate_per_s(rel, n)
+    unit = blast_size(rel, domain, replica)
+    wider = jnp.where(unit > rel.accelerators_per_host, 1.0, 0.0)  # the host must rejoin its unit
+    return {
+        "lambda_per_s": lam,
+        "repair_per_s": lam * wider * (1.0 - _cover(rel)) * rel.repair_s,
+        "write_bytes_per_s": n * rel.checkpoint_gbps * 1e9,
+        "host_bytes_per_s": n * host_link_gbps * 1e9,
+        "spare_accelerators": rel.enabled * rel.spares_per_domain * safe_div(n, unit),
+    }
 
 
 def goodput(rel: Reliability, n, checkpoint_bytes, host_link_gbps, domain, replica) -> dict:
@@ -224,11 +317,23 @@ def goodput(rel: Reliability, n, checkpoint_bytes, host_link_gbps, domain, repli
     ``lost_work``, ``lost_restart``, ``lost_repair`` (fractions of wall time, summing to
     ``1 - goodput``), and ``spare_accelerators``.
     """
-    lam = failure_rate_per_s(rel, n)
+    return job_goodput(
+        rel, [fleet_failures(rel, n, host_link_gbps, domain, replica)], checkpoint_bytes
+    )
+
+
+def job_goodput(rel: Reliability, fleets: list, checkpoint_bytes) -> dict:
+    """:func:`goodput` of one synchronous job over several fleets (:func:`fleet_failures`
+    of each site): a failure anywhere interrupts the whole job, so the rates, repair waits,
+    storage and host bandwidths add; ``rel`` gives the job's policy (``enabled``,
+    ``async_checkpoint``, ``checkpoint_interval_s``, ``restart_s``, ``rewarm_s``).  The
+    checkpoint (``checkpoint_bytes``) is written and read by all fleets at once."""
+    tot = {k: sum(f[k] for f in fleets) for k in fleets[0]}
+    lam = tot["lambda_per_s"]
     ok = lam > 0
     lam_s = jnp.where(ok, lam, 1.0)
     mtbf = 1.0 / lam_s
-    ck = checkpoint_times(rel, n, checkpoint_bytes, host_link_gbps)
+    ck = _checkpoint_times(rel, checkpoint_bytes, tot["write_bytes_per_s"], tot["host_bytes_per_s"])
     delta = ck["delta_s"]
     auto = jnp.maximum(daly_interval(delta, mtbf), rel.async_checkpoint * ck["write_s"])
     given = (rel.checkpoint_interval_s > 0) & (rel.enabled > 0)
@@ -236,25 +341,21 @@ def goodput(rel: Reliability, n, checkpoint_bytes, host_link_gbps, domain, repli
     checkpoints = given | ok
     tau_s = jnp.where(checkpoints, tau, 1.0)
     ck_frac = jnp.where(checkpoints, tau_s / (tau_s + delta), 1.0)
-    cover = _cover(rel)
     restart = rel.restart_s + ck["write_s"] + rel.rewarm_s
-    unit = blast_size(rel, domain, replica)
-    wider = jnp.where(unit > rel.accelerators_per_host, 1.0, 0.0)  # the host must rejoin its unit
-    repair = wider * (1.0 - cover) * rel.repair_s
-    down = jnp.where(ok, restart + repair, 0.0)
+    lost_restart = lam * jnp.where(ok, restart, 0.0)
+    lost_repair = jnp.where(ok, tot["repair_per_s"], 0.0)
     x = lam * (tau_s + delta)
     xs = jnp.where(x > 0, x, 1.0)
     work = jnp.where(x > 0, xs / jnp.expm1(xs), 1.0)
-    g = ck_frac * work * jnp.exp(-lam * down)
+    g = ck_frac * work * jnp.exp(-(lost_restart + lost_repair))
     w = {
         "lost_checkpoint": 1.0 - ck_frac,
         "lost_work": jnp.where(ok, 0.5 * x, 0.0),
-        "lost_restart": lam * jnp.where(ok, restart, 0.0),
-        "lost_repair": lam * jnp.where(ok, repair, 0.0),
+        "lost_restart": lost_restart,
+        "lost_repair": lost_repair,
     }
     total = sum(w.values())
     parts = {k: safe_div(v * (1.0 - g), total) for k, v in w.items()}
-    spares = rel.enabled * rel.spares_per_domain * safe_div(n, unit)
     return {
         "goodput": g,
         "failures_per_day": lam * 86400.0,
@@ -262,7 +363,7 @@ def goodput(rel: Reliability, n, checkpoint_bytes, host_link_gbps, domain, repli
         "checkpoint_interval_s": jnp.where(checkpoints, tau, 0.0),
         "checkpoint_write_s": ck["write_s"],
         "checkpoint_delta_s": delta,
-        "downtime_s": down,
+        "downtime_s": jnp.where(ok, restart + safe_div(lost_repair, lam_s), 0.0),
         **parts,
-        "spare_accelerators": spares,
+        "spare_accelerators": tot["spare_accelerators"],
     }

@@ -74,9 +74,11 @@ GOODPUT_KEYS = (
 ``goodput`` when ``system.reliability`` is on."""
 
 
-def _goodput_lines(g: dict) -> list[str]:
+def _goodput_lines(g: dict, preset: str | None = None) -> list[str]:
     lines = [
-        f"goodput            {100 * g['goodput']:11.1f} %   ({g['failures_per_day']:.2f} failures/day,"
+        f"goodput            {100 * g['goodput']:11.1f} %   ("
+        + (f"reliability preset {preset}: " if preset else "")
+        + f"{g['failures_per_day']:.2f} failures/day,"
         f" MTBF {g['mtbf_h']:.2f} h)",
         f"  checkpoint       {g['checkpoint_write_s']:12.1f} s write, every {g['checkpoint_interval_s']:.0f} s"
         f" (blocks {g['checkpoint_delta_s']:.1f} s)",
@@ -173,7 +175,7 @@ def format_report(d: dict, cfg=None) -> str:
     )
     lines.append(f"energy             {c['energy_kwh_per_step']:12.4f} kWh/step")
     if "goodput" in d:
-        lines += _goodput_lines(d["goodput"])
+        lines += _goodput_lines(d["goodput"], (d.get("config") or {}).get("reliability"))
     if "time_to_train_days" in d:
         lines.append(
             f"to train           {d['time_to_train_days']:12.2f} days  {d['cost_to_train_usd'] / 1e6:.3f} M$"

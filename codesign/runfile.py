@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from codesign.config import STRATEGY_FLAGS, STRATEGY_NUMBERS
-from codesign.goodput import Reliability
+from codesign.goodput import Reliability, blast_radius_name
 from codesign.pricing import Pricing
 from codesign.specs import (
     PARALLEL_DIMS,
@@ -128,11 +128,18 @@ def run_toml(cfg, title: str | None = None) -> str:
     lines.append("[system.pricing]")
     lines += [f"{k} = {_value(v)}" for k, v in _fields(cfg.system.pricing, Pricing).items()]
     rel = cfg.system.reliability
-    if float(rel.enabled) > 0:
-        lines.append("")
-        lines.append("[system.reliability]")
-        lines += [f"{k} = {_value(v)}" for k, v in _fields(rel, Reliability).items()]
-        lines.append(f"blast_radius = {_value(rel.blast_radius)}")
+    lines.append("")
+    lines.append("[system.reliability]")
+    if float(rel.enabled) <= 0:  # a run file without the table gets the platform's preset
+        lines.append('preset = "none"')
+    else:
+        lines += [
+            f"{k} = {_value(v)}"
+            for k, v in _fields(rel, Reliability, skip=("blast_radius",)).items()
+        ]
+        w = np.asarray(rel.blast_radius, dtype=float)
+        blast = blast_radius_name(rel) if np.isin(w, (0.0, 1.0)).all() else w.tolist()
+        lines.append(f"blast_radius = {_value(blast)}")
     tier_names = names.get("tiers") or [f"tier{i}" for i in range(len(cfg.system.tiers))]
     for name, tier in zip(tier_names, cfg.system.tiers, strict=True):
         lines.append("")

@@ -17,7 +17,7 @@ from hypothesis import strategies as hs
 
 import codesign as cd
 from codesign import goodput as gp
-from codesign.goodput import Reliability, reliability_preset
+from codesign.goodput import reliability_preset
 from codesign.runfile import run_toml
 from codesign.search import load_problem_dict
 
@@ -50,16 +50,37 @@ def _leaves_equal(a, b, skip=()):
             assert np.array_equal(np.asarray(da[k]), np.asarray(db[k])), k
 
 
-def test_default_is_off_and_goodput_one():
-    cfg = _cfg()
-    assert float(cfg.system.reliability.enabled) == 0.0
+def test_default_is_on_by_platform_and_none_turns_it_off():
+    cfg = _cfg()  # no [system.reliability]: the platform's preset (H100 HGX: Llama 3's rates)
+    assert cfg.names["reliability"] == "llama3-h100"
+    _leaves_equal(cfg.system.reliability, reliability_preset("llama3-h100"))
     r = _report(cfg)
-    assert float(r.cost["goodput"]) == 1.0
-    assert float(r.cost["failures_per_day"]) == 0.0
+    assert 0.0 < float(r.cost["goodput"]) < 1.0
+    assert float(r.cost["failures_per_day"]) > 0.0
+    off = _cfg({"preset": "none"})
+    assert off.names["reliability"] == "none"
+    assert float(_report(off).cost["goodput"]) == 1.0
+    assert float(_report(off).cost["failures_per_day"]) == 0.0
+    for accel, domain, preset in (
+        ("a100-sxm4-80gb", 8, "rsc1-a100"),
+        ("gb200", 72, "gb200-nvl72"),
+        ("b200", 8, "llama3-h100"),
+    ):
+        doc = small_doc()
+        doc["system"] = {"accelerator": accel, "num_accelerators": 72 if domain == 72 else 64}
+        doc["strategy"] = {"tp": 1, "pp": 1, "dp": doc["system"]["num_accelerators"]}
+        doc["training"]["global_batch"] = 576
+        c = cd.load_run_dict(doc, check=False)
+        assert c.names["reliability"] == preset, accel
+        assert gp.default_reliability_preset(accel, domain) == preset
+    # The Python helper gets the same default, and takes an explicit one.
+    _leaves_equal(cd.system_preset("h100-sxm5-80gb", 64).reliability, cfg.system.reliability)
+    sy = cd.system_preset("h100-sxm5-80gb", 64, reliability=reliability_preset("none"))
+    assert float(sy.reliability.enabled) == 0.0
 
 
 def test_zero_failure_rates_equal_goodput_off_leaf_by_leaf():
-    off = _report(_cfg())
+    off = _report(_cfg({"preset": "none"}))
     on = _cfg({"preset": "llama3-h100"})
     zero = _with(
         on, usd_per_checkpoint_gbps=0.0, w_per_checkpoint_gbps=0.0, **dict.fromkeys(RATES, 0.0)
@@ -74,13 +95,13 @@ def test_zero_failure_rates_equal_goodput_off_leaf_by_leaf():
 
 
 def test_switch_turns_everything_off():
-    off = _report(_cfg())
+    off = _report(_cfg({"preset": "none"}))
     switched = _report(_cfg({"preset": "gb200-nvl72", "enabled": False, "spares_per_domain": 4}))
     _leaves_equal(switched, off, skip=("checkpoint_write_s", "checkpoint_delta_s"))
 
 
 def test_failures_lengthen_time_and_cost_by_goodput():
-    off = _report(_cfg())
+    off = _report(_cfg({"preset": "none"}))
     on = _report(_cfg({"preset": "llama3-h100"}))
     g = float(on.cost["goodput"])
     assert 0.0 < g < 1.0
@@ -160,7 +181,7 @@ def test_spares_cover_repairs_only_for_wide_units():
     spared = gp.goodput(dataclasses.replace(rel, spares_per_domain=4.0), *args)
     assert float(bare["lost_repair"]) > 0 and float(spared["lost_repair"]) == 0.0
     assert float(spared["spare_accelerators"]) == pytest.approx(4.0 * 16384 / 72)
-    host = dataclasses.replace(rel, blast_radius="host")
+    host = dataclasses.replace(rel, blast_radius=gp.blast_weights("host"))
     assert float(gp.goodput(host, *args)["lost_repair"]) == 0.0
 
 
@@ -212,6 +233,10 @@ def test_relaxed_gradients_finite(preset):
             "system.reliability.accelerators_per_host",
         ),
         ({"preset": "llama3-h100", "blast_radius": "rack"}, "system.reliability.blast_radius"),
+        (
+            {"preset": "llama3-h100", "blast_radius": [0.5, 0.2, 0.2]},
+            "system.reliability.blast_radius",
+        ),
         ({"preset": "no-such"}, "system.reliability.preset"),
         ({"preset": "llama3-h100", "typo_s": 1.0}, "system.reliability.typo_s"),
         ({"restart_s": "ten"}, "system.reliability.restart_s"),
@@ -229,13 +254,9 @@ def test_run_file_round_trip_keeps_reliability(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text(run_toml(cfg))
     back = cd.load_run(path)
-    assert back.system.reliability == cfg.system.reliability or all(
-        float(getattr(back.system.reliability, f.name))
-        == float(getattr(cfg.system.reliability, f.name))
-        for f in dataclasses.fields(Reliability)
-        if f.name != "blast_radius"
-    )
-    assert back.system.reliability.blast_radius == "domain"
+    _leaves_equal(back.system.reliability, cfg.system.reliability)
+    assert gp.blast_radius_name(back.system.reliability) == "domain"
+    np.testing.assert_array_equal(back.system.reliability.blast_radius, [0.0, 1.0, 0.0])
     a, b = _report(cfg), _report(back)
     assert float(a.cost["time_to_train_days"]) == float(b.cost["time_to_train_days"])
 
@@ -246,7 +267,7 @@ def test_report_shows_goodput():
     assert 0 < d["goodput"]["goodput"] < 1
     text = cd.format_report(d, cfg)
     assert "goodput" in text and "failures/day" in text
-    off = _cfg()
+    off = _cfg({"preset": "none"})
     assert "goodput" not in cd.report_to_dict(cd.evaluate(*off.specs()), off)
 
 

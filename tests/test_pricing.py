@@ -20,6 +20,7 @@ from conftest import REPO, with_tier
 
 from codesign.config import pricing_preset, system_preset, tier_preset
 from codesign.cost import cluster_cost
+from codesign.goodput import reliability_preset
 from codesign.pricing import (
     Pricing,
     accelerator_power_w,
@@ -69,16 +70,22 @@ def test_listed_h100_cluster_costs_its_catalog_price():
     sy = system_preset("h100-sxm5-80gb", N)
     # accelerators.toml h100-sxm5-80gb: price_usd 27,500, power_w 700; fabrics.toml nvlink4:
     # 450 GB/s x US$5/GB/s = 2,250, 25 W; ib-ndr-400: 50 GB/s x US$150/GB/s = 7,500, 100 W.
-    # capex = 64 x (27,500 + 2,250 + 7,500) = 64 x 37,250 = 2,384,000 USD
-    # power = 64 x (700 + 25 + 100) W x PUE 1.2 = 63.36 kW (no host capex or power by default)
-    assert _capex(sy) == pytest.approx(2_384_000.0, rel=1e-12)
-    assert _power_kw(sy) == pytest.approx(63.36, rel=1e-12)
+    # The default reliability (llama3-h100, reliability.toml) buys checkpoint storage:
+    # 0.122 GB/s per accelerator at US$5,000 and 40 W per GB/s = US$610 and 4.88 W.
+    # capex = 64 x (27,500 + 2,250 + 7,500 + 610) = 64 x 37,860 = 2,423,040 USD
+    # power = 64 x (700 + 25 + 100 + 4.88) W x PUE 1.2 = 63.734784 kW (no host by default)
+    assert _capex(sy) == pytest.approx(2_423_040.0, rel=1e-12)
+    assert _power_kw(sy) == pytest.approx(63.734784, rel=1e-12)
+    # without failures (preset none) nothing is bought for them
+    off = dataclasses.replace(sy, reliability=reliability_preset("none"))
+    assert _capex(off) == pytest.approx(2_384_000.0, rel=1e-12)
+    assert _power_kw(off) == pytest.approx(63.36, rel=1e-12)
     # the same, from the catalog numbers
     acc, fab = _toml("accelerators")["h100-sxm5-80gb"], _toml("fabrics")
     net = sum(
         fab[t]["bandwidth_gbps"] * fab[t]["price_per_gbps_usd"] for t in ("nvlink4", "ib-ndr-400")
     )
-    assert _capex(sy) == pytest.approx(N * (acc["price_usd"] + net), rel=1e-12)
+    assert _capex(off) == pytest.approx(N * (acc["price_usd"] + net), rel=1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(_toml("accelerators")))
@@ -90,7 +97,10 @@ def test_every_listed_part_costs_its_catalog_price(name):
     assert float(accelerator_power_w(sy.accelerator, sy.pricing)) == acc["power_w"]
     tiers = (acc["scale_up"], acc["scale_out"])
     net = sum(fab[t]["bandwidth_gbps"] * fab[t]["price_per_gbps_usd"] for t in tiers)
-    assert _capex(sy) == pytest.approx(N * (acc["price_usd"] + net), rel=1e-12)
+    rel = sy.reliability  # the platform's default: checkpoint storage is bought too
+    storage = N * float(rel.checkpoint_gbps) * float(rel.usd_per_checkpoint_gbps)
+    assert storage > 0
+    assert _capex(sy) == pytest.approx(N * (acc["price_usd"] + net) + storage, rel=1e-12)
 
 
 # ---- (b) a moved knob pays its marginal price --------------------------------------------------

@@ -294,6 +294,39 @@ def test_bad_input_names_the_field():
         _job([_site(acc="h999", tp=8, pp=1, dp=8), site])
 
 
+def test_goodput_is_the_whole_jobs_over_every_site():
+    """A failure at any site stops the synchronous job: the job's failure rate is the sum of
+    the sites' (each with its platform's default preset), the repair waits of a rack-scale
+    site count, time to train divides by the job's goodput, and the switch is the job's."""
+    from codesign.goodput import failure_rate_per_s
+
+    h = _site(n=1024, tiers=[H100[0], dict(H100[1], domain=1024)], tp=8, pp=2, dp=64)
+    g = _site("gb200", 1152, [GB200[0], dict(GB200[1], domain=1152)], tp=8, pp=1, dp=144)
+    job = _job([dict(h, share=448), dict(g, share=576)], model="llama3-70b", batch=1024)
+    rels = [s.system.reliability for s in job.sites]
+    assert [float(x.enabled) for x in rels] == [1.0, 1.0]
+    r = sites.evaluate_sites(job)
+    per_day = sum(
+        float(failure_rate_per_s(x, s.system.num_accelerators)) * 86400.0
+        for x, s in zip(rels, job.sites, strict=True)
+    )
+    np.testing.assert_allclose(float(r.cost["failures_per_day"]), per_day, rtol=1e-12)
+    gp = float(r.cost["goodput"])
+    assert 0.0 < gp < 1.0 and float(r.cost["lost_repair"]) > 0.0  # the NVL72 site's repairs
+    off = [
+        dict(x, reliability={"preset": "none"}) for x in (dict(h, share=448), dict(g, share=576))
+    ]
+    r_off = sites.evaluate_sites(_job(off, model="llama3-70b", batch=1024))
+    assert float(r_off.cost["goodput"]) == 1.0
+    np.testing.assert_allclose(
+        float(r.cost["time_to_train_days"]) * gp,
+        float(r_off.cost["time_to_train_days"]),
+        rtol=1e-12,
+    )
+    with pytest.raises(SpecError, match=r"sites\[1\]\.system\.reliability\.enabled"):
+        _job([off[0], dict(g, share=576)], model="llama3-70b", batch=1024)
+
+
 def test_cli_sites_prints_the_table_and_json(capsys):
     """``codesign sites FILE --balance``: the balanced split is the library's, the JSON the
     same numbers."""

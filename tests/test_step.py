@@ -14,6 +14,8 @@ from conftest import example_config, small_config, small_doc, with_tier
 
 import codesign as cd
 from codesign import step as step_mod
+from codesign import workload
+from codesign.goodput import reliability_preset
 from codesign.search import sweep
 
 CONFIGS = {
@@ -323,11 +325,14 @@ def test_costs_by_hand():
     cfg = example_config()
     r = report_of(cfg)
     n = 1024.0
-    # a100-sxm4-80gb US$15,000; nvlink3 300 GB/s x US$5; ib-hdr-200 25 GB/s x US$215 (catalog).
-    capex = n * (15000.0 + 300.0 * 5.0 + 25.0 * 215.0)
+    # a100-sxm4-80gb US$15,000; nvlink3 300 GB/s x US$5; ib-hdr-200 25 GB/s x US$215 (catalog);
+    # the A100 default reliability preset (rsc1-a100, reliability.toml) buys checkpoint
+    # storage: 0.122 GB/s per accelerator at US$5,000 and 40 W per GB/s.
+    capex = n * (15000.0 + 300.0 * 5.0 + 25.0 * 215.0 + 0.122 * 5000.0)
+    assert cfg.names["reliability"] == "rsc1-a100"
     assert math.isclose(float(r.cost["capex_usd"]), capex, rel_tol=1e-12)
     assert math.isclose(float(r.cost["network_capex_usd"]), n * (1500.0 + 5375.0), rel_tol=1e-12)
-    power_kw = n * (400.0 + 30.0 + 70.0) * 1.2 / 1e3
+    power_kw = n * (400.0 + 30.0 + 70.0 + 0.122 * 40.0) * 1.2 / 1e3
     assert math.isclose(float(r.cost["power_kw"]), power_kw, rel_tol=1e-12)
     usd_per_hour = capex / (4.0 * 8760.0) + power_kw * 0.08
     assert math.isclose(float(r.cost["usd_per_hour"]), usd_per_hour, rel_tol=1e-12)
@@ -336,19 +341,35 @@ def test_costs_by_hand():
     assert math.isclose(
         float(r.cost["energy_kwh_per_step"]), power_kw * step / 3600.0, rel_tol=1e-12
     )
-    steps = 3.0e11 / (1536.0 * 2048.0)
-    assert math.isclose(float(r.cost["time_to_train_days"]), steps * step / 86400.0, rel_tol=1e-12)
+    # Goodput (Daly 2006; codesign.goodput): RSC-1's failures per M GPU-hours (reliability.toml
+    # rsc1-a100: accelerator, HBM, host, network, switch; 33.85 per M GPU-h in all); a
+    # synchronous checkpoint of 14 bytes per parameter at 0.122 GB/s per GPU; restart 600 s,
+    # re-warm 120 s, the host as blast unit (no repair wait).
+    lam = n * (18.639 + 6.8469 + 4.3744 + 0.66567 + 3.3284) / (1e6 * 3600.0)
+    mtbf = 1.0 / lam
+    params = float(workload.total_params(cfg.model)["total"])
+    write = 14.0 * params / (n * 0.122e9)
+    ratio = write / (2.0 * mtbf)
+    tau = math.sqrt(2.0 * write * mtbf) * (1.0 + math.sqrt(ratio) / 3.0 + ratio / 9.0) - write
+    x = (tau + write) / mtbf
+    goodput = tau / (tau + write) * x / math.expm1(x) * math.exp(-(600.0 + write + 120.0) / mtbf)
+    assert math.isclose(float(r.cost["goodput"]), goodput, rel_tol=1e-9)
+    assert math.isclose(float(r.cost["checkpoint_interval_s"]), tau, rel_tol=1e-9)
+    steps = 3.0e11 / (1536.0 * 2048.0) / goodput
+    assert math.isclose(float(r.cost["time_to_train_days"]), steps * step / 86400.0, rel_tol=1e-9)
     assert math.isclose(
-        float(r.cost["cost_to_train_usd"]), steps * usd_per_hour * step / 3600.0, rel_tol=1e-12
+        float(r.cost["cost_to_train_usd"]), steps * usd_per_hour * step / 3600.0, rel_tol=1e-9
     )
 
 
 def test_capex_general_formula():
-    """capex = N (price + host + sum_t bw_t price_t) for arbitrary tier prices."""
+    """capex = N (price + host + sum_t bw_t price_t) for arbitrary tier prices (failures off:
+    no checkpoint storage is bought)."""
     cfg = small_config()
     sy = dataclasses.replace(
         with_tier(with_tier(cfg.system, 0, price_per_gbps_usd=7.0), 1, price_per_gbps_usd=111.0),
         host_capex_usd_per_accelerator=3000.0,
+        reliability=reliability_preset("none"),
     )
     r = cd.evaluate(cfg.model, cfg.training, sy, cfg.strategy, cfg.efficiency)
     expected = 64.0 * (27500.0 + 3000.0 + 450.0 * 7.0 + 50.0 * 111.0)

@@ -71,10 +71,12 @@ def _describe_design(cfg: RunConfig) -> list[str]:
     order = [
         PARALLEL_DIMS[i] for i in np.argsort(np.asarray(st.placement, dtype=float), kind="stable")
     ]
+    from codesign.goodput import blast_radius_name
+
     rel = sy.reliability
     spares = (
         [
-            f"goodput   spares {float(rel.spares_per_domain):g} per {rel.blast_radius}, checkpoint "
+            f"goodput   spares {float(rel.spares_per_domain):g} per {blast_radius_name(rel)}, checkpoint "
             f"{float(rel.checkpoint_gbps):g} GB/s per accelerator, interval "
             + (
                 f"{float(rel.checkpoint_interval_s):g} s"

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from codesign.config import RunConfig
+from codesign.goodput import PLATFORM_FIELDS
 from codesign.rules import with_derived_dp
 from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES, SpecError, placement_ranks
 
@@ -106,7 +107,8 @@ def set_leaf(specs: dict, path: str, value) -> dict:
             return specs
         sy = specs["system"]
         tiers = (value["scale_up"], *sy.tiers[1:])
-        sy = dataclasses.replace(sy, accelerator=value["accelerator"], tiers=tiers)
+        rel = dataclasses.replace(sy.reliability, **value.get("reliability", {}))
+        sy = dataclasses.replace(sy, accelerator=value["accelerator"], tiers=tiers, reliability=rel)
         return {**specs, "system": sy, "efficiency": value["efficiency"]}
     try:
         get_leaf(specs, path)
@@ -137,11 +139,15 @@ class Platform:
 
 
 def platform_of(cfg: RunConfig, name: str) -> Platform:
-    """The platform of a loaded run (its accelerator, tier 0 and efficiency)."""
+    """The platform of a loaded run (its accelerator, tier 0, efficiency and the reliability
+    fields that belong to the platform, :data:`codesign.goodput.PLATFORM_FIELDS`)."""
     table = {
         "accelerator": cfg.system.accelerator,
         "scale_up": cfg.system.tiers[0],
         "efficiency": cfg.efficiency,
+        "reliability": {
+            k: jnp.asarray(getattr(cfg.system.reliability, k), dtype=float) for k in PLATFORM_FIELDS
+        },
     }
     return Platform(name=name, scale_up=str(cfg.names["tiers"][0]), table=table)
 

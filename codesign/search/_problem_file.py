@@ -37,7 +37,7 @@ whole strategy) plus::
     peak_tflops = [989, 1979]     # dense BF16
     host_link_gbps = [64, 450]
 
-    [search.reliability]          # goodput knobs (codesign.goodput; needs [system.reliability])
+    [search.reliability]          # goodput knobs (codesign.goodput; reliability on: the default)
     checkpoint_gbps = [0.1, 0.5, 2]       # checkpoint storage GB/s per accelerator, priced
     spares_per_domain = [0, 4, 8]         # hot spares per blast unit (idle accelerators)
     checkpoint_interval_s = [0, 600]      # 0: Daly's optimum

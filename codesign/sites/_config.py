@@ -218,6 +218,12 @@ def format_sites(job: Sites, r: SitesReport) -> str:
             f"to train {float(r.cost['time_to_train_days']):.2f} days, "
             f"{float(r.cost['cost_to_train_usd']) / 1e6:.2f} M$ (capex "
             f"{float(r.cost['capex_usd']) / 1e6:.1f} M$)"
+            + (
+                f", goodput {float(r.cost['goodput']):.1%} "
+                f"({float(r.cost['failures_per_day']):.2f} failures/day over all sites)"
+                if float(job.sites[0].system.reliability.enabled) > 0
+                else ""
+            )
         )
     lines.append(
         "Convergence effects (DiLoCo's extra tokens) are not modelled: "

@@ -11,11 +11,12 @@ from codesign import pipeline
 from codesign.collectives import tier_bytes_per_s
 from codesign.compute import peak_flops
 from codesign.cost import cluster_cost
+from codesign.goodput import CHECKPOINT_BYTES_PER_PARAM, fleet_failures, job_goodput
 from codesign.sites._spec import DP_OUTERMOST, Sites, SitesReport, _check, _replace
 from codesign.smoothing import EXACT, Smoothing, safe_div
 from codesign.specs import Model, System
 from codesign.step import Report, evaluate_unchecked, tokens_to_train
-from codesign.workload import model_flops_per_step
+from codesign.workload import model_flops_per_step, total_params
 
 
 def _per_layer_kinds(model: Model, layers) -> Model:
@@ -176,8 +177,10 @@ def _site_system_with_link(job: Sites, i: int) -> System:
 
 
 def _costs(job: Sites, step, sm: Smoothing) -> dict:
-    """Costs summed over the sites (each with its link ports); DiLoCo's tokens penalty as in
-    the single-site model."""
+    """Costs summed over the sites (each with its link ports, storage and hot spares); DiLoCo's
+    tokens penalty as in the single-site model; the goodput of the whole job
+    (:func:`codesign.goodput.job_goodput`: a failure at any site interrupts every site, site
+    0's reliability gives the restart and checkpoint policy)."""
     tr = job.training
     tokens_step = tr.global_batch * job.model.seq_len
     tokens = tokens_to_train(tr, job.sites[0].strategy, sm)
@@ -185,9 +188,29 @@ def _costs(job: Sites, step, sm: Smoothing) -> dict:
         cluster_cost(_site_system_with_link(job, i), step, tokens_step, tokens)
         for i in range(len(job.sites))
     ]
-    # Money, power and energy add over the sites; the rest (time to train, the goodput
-    # figures, which are 1 and 0 here: goodput over sites is not modelled) is the job's.
-    return {k: sum(c[k] for c in per) if k in _ADDITIVE else per[0][k] for k in per[0]}
+    # Money and power add over the sites; the rest is the job's.
+    out = {k: sum(c[k] for c in per) if k in _ADDITIVE else per[0][k] for k in per[0]}
+    fleets = []
+    for s in job.sites:
+        sy, st = s.system, s.strategy
+        n = sy.num_accelerators
+        fleets.append(
+            fleet_failures(
+                sy.reliability,
+                n,
+                sy.accelerator.host_link_gbps,
+                jnp.minimum(sy.tiers[0].domain, n),
+                st.tp * st.pp * st.cp,
+            )
+        )
+    ckpt_bytes = CHECKPOINT_BYTES_PER_PARAM * total_params(job.model)["total"]
+    g = job_goodput(job.sites[0].system.reliability, fleets, ckpt_bytes)
+    steps = safe_div(tokens, tokens_step) / g["goodput"]
+    out.update(g)
+    out["time_to_train_days"] = steps * step / 86400.0
+    out["cost_to_train_usd"] = steps * out["usd_per_step"]
+    out["energy_to_train_mwh"] = steps * out["energy_kwh_per_step"] / 1e3
+    return out
 
 
 _ADDITIVE = (
@@ -197,8 +220,6 @@ _ADDITIVE = (
     "usd_per_hour",
     "usd_per_step",
     "energy_kwh_per_step",
-    "cost_to_train_usd",
-    "energy_to_train_mwh",
     "storage_capex_usd",
     "spare_capex_usd",
 )

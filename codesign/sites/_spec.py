@@ -109,12 +109,13 @@ def _check(job: Sites) -> None:
         raise SpecError("link.latency_us", lat, "a number >= 0 (microseconds)")
     if not float(job.link.oversubscription) >= 1:
         raise SpecError("link.oversubscription", float(job.link.oversubscription), ">= 1")
+    on = float(job.sites[0].system.reliability.enabled)
     for i, s in enumerate(job.sites):
-        if float(s.system.reliability.enabled) > 0:
+        if float(s.system.reliability.enabled) != on:
             raise SpecError(
                 f"sites[{i}].system.reliability.enabled",
                 float(s.system.reliability.enabled),
-                "off: goodput (failures, checkpoints) over several sites is not modelled yet",
+                f"{on:g} as on site 0 (goodput is the whole job's: on or off at every site)",
             )
     if job.across == "pp":
         first = job.sites[0].strategy
