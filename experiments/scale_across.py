@@ -532,7 +532,8 @@ def study_d(
                 r = sites.evaluate_sites(best_job)
                 steps = 1e12 / (batch * float(best_job.model.seq_len))
                 t_bal = float(r.cost["time_to_train_days"])
-                t_even = info["even_step_s"] * steps / 86400
+                # The goodput (failures over both sites) does not depend on the split.
+                t_even = info["even_step_s"] * steps / 86400 / float(r.cost["goodput"])
                 idle = "/".join(f"{100 * max(0.0, float(x)):.0f}%" for x in r.idle_fraction)
                 unit = "seq" if across_ == "dp" else "layers"
                 split = " / ".join(f"{float(x):g}" for x in r.shares) + f" {unit}"

@@ -57,6 +57,8 @@ def test_default_is_on_by_platform_and_none_turns_it_off():
     r = _report(cfg)
     assert 0.0 < float(r.cost["goodput"]) < 1.0
     assert float(r.cost["failures_per_day"]) > 0.0
+    assert _cfg({"preset": "auto", "restart_s": 300}).names["reliability"] == "llama3-h100"
+    assert float(_cfg({"preset": "auto", "restart_s": 300}).system.reliability.restart_s) == 300
     off = _cfg({"preset": "none"})
     assert off.names["reliability"] == "none"
     assert float(_report(off).cost["goodput"]) == 1.0
