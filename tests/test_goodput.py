@@ -341,3 +341,35 @@ def test_vmap_over_checkpoint_bandwidth_matches_single_evaluations():
     for i, bw in enumerate(bws):
         assert float(batched[i]) == pytest.approx(float(days(bw)), rel=1e-12)
     assert float(batched[0]) > float(batched[1]) > float(batched[2])
+
+
+def test_platform_axis_carries_each_platforms_reliability():
+    """A search over platforms gives each its own default preset (rates, host size, repair
+    wait, blast unit): H100 fails by the host, GB200 NVL72 by the 72-GPU domain, and a point
+    on each platform evaluates as the run file on that platform does."""
+    from codesign.search._grid import PLATFORM, set_leaf, specs_of
+
+    doc = small_doc()
+    doc["system"]["num_accelerators"] = 144
+    doc["training"].update(tokens=1e12, global_batch=576)
+    doc["strategy"] = {"tp": 2, "pp": 2, "dp": 36}
+    doc["objective"] = {"minimize": "time_to_train"}
+    doc["search"] = {"tp": [2], "pp": [2], "accelerator": ["h100-sxm5-80gb", "gb200"]}
+    pb = load_problem_dict(doc)
+    blast = {
+        str(p): gp.BLAST_RADII[int(np.argmax(p.table["reliability"]["blast_radius"]))]
+        for p in pb.platforms
+    }
+    assert blast == {"h100-sxm5-80gb": "host", "gb200": "domain"}
+    for p in pb.platforms:
+        specs = set_leaf(specs_of(pb.cfg), PLATFORM, p.table)
+        run = dict(doc, system={"accelerator": str(p), "num_accelerators": 144})
+        run.pop("objective"), run.pop("search")
+        alone = cd.load_run_dict(run, check=False)
+        _leaves_equal(specs["system"].reliability, alone.system.reliability)
+        a = cd.evaluate_unchecked(
+            *(specs[k] for k in ("model", "training", "system", "strategy", "efficiency"))
+        )
+        assert float(a.cost["goodput"]) == pytest.approx(
+            float(_report(alone).cost["goodput"]), rel=1e-12
+        )

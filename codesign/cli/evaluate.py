@@ -41,9 +41,9 @@ def _cmd_presets(args) -> int:
                 print(_source_lines(t.get("source", ""), args.sources))
         if k == "reliability":
             print(
-                "  (a run file without [system.reliability], or with preset = \"auto\", gets its\n"
+                '  (a run file without [system.reliability], or with preset = "auto", gets its\n'
                 "   platform's: rsc1-a100 on A100, gb200-nvl72 where the scale-up domain is wider\n"
-                "   than 8, llama3-h100 otherwise; preset = \"none\" turns failures off)"
+                '   than 8, llama3-h100 otherwise; preset = "none" turns failures off)'
             )
     return 0
 
