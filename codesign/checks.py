@@ -247,7 +247,29 @@ def plausibility_warnings(system) -> list[str]:
     return out
 
 
-_BLAST_RADII = ("host", "domain", "replica")
+BLAST_RADII = ("host", "domain", "replica")
+"""What one failure takes out of the job's layout: the host, the scale-up domain (tier 0),
+or the model replica (``tp pp cp`` accelerators)."""
+
+
+def blast_weights(blast) -> np.ndarray:
+    """Weights over :data:`BLAST_RADII` of a radius name (one-hot) or of a weight vector
+    (non-negative, summing to 1); anything else is a :class:`SpecError`."""
+    if isinstance(blast, str):
+        if blast not in BLAST_RADII:
+            raise SpecError("system.reliability.blast_radius", blast, f"one of {list(BLAST_RADII)}")
+        return np.eye(len(BLAST_RADII))[BLAST_RADII.index(blast)]
+    try:
+        w = np.asarray(blast, dtype=float)
+    except (TypeError, ValueError):
+        w = np.zeros(0)
+    if w.shape != (len(BLAST_RADII),) or (w < 0).any() or abs(float(w.sum()) - 1.0) > 1e-6:
+        raise SpecError(
+            "system.reliability.blast_radius",
+            blast,
+            f"one of {list(BLAST_RADII)} (or weights over them summing to 1)",
+        )
+    return w
 
 
 def check_reliability(r) -> None:
@@ -271,10 +293,4 @@ def check_reliability(r) -> None:
         "w_per_checkpoint_gbps",
     ):
         positive(f"system.reliability.{f}", getattr(r, f), allow_zero=True)
-    w = np.asarray(r.blast_radius, dtype=float)
-    if w.shape != (len(_BLAST_RADII),) or (w < 0).any() or abs(float(w.sum()) - 1.0) > 1e-6:
-        raise SpecError(
-            "system.reliability.blast_radius",
-            r.blast_radius,
-            f"weights over {list(_BLAST_RADII)} summing to 1 (one-hot for a named radius)",
-        )
+    blast_weights(r.blast_radius)

@@ -28,9 +28,18 @@ from codesign.pricing import accelerator_power_w, accelerator_price_usd, tier_pr
 from codesign.smoothing import safe_div
 from codesign.specs import System
 
-__all__ = ["cluster_cost"]
+__all__ = ["CLUSTER_COST_KEYS", "cluster_cost", "to_train"]
 
 HOURS_PER_YEAR = 8760.0
+CLUSTER_COST_KEYS = (
+    "capex_usd",
+    "network_capex_usd",
+    "power_kw",
+    "usd_per_hour",
+    "usd_per_step",
+    "energy_kwh_per_step",
+)
+"""The cluster's own cost figures (what it costs to own and run, per hour and per step)."""
 
 
 def cluster_cost(
@@ -85,7 +94,6 @@ def cluster_cost(
     )
     usd_per_step = usd_per_hour * step_time_s / 3600.0
     energy_kwh_per_step = power_kw * step_time_s / 3600.0
-    steps = safe_div(total_tokens, tokens_per_step) / g["goodput"]
     return {
         "capex_usd": capex,
         "network_capex_usd": n * network_capex,
@@ -93,10 +101,28 @@ def cluster_cost(
         "usd_per_hour": usd_per_hour,
         "usd_per_step": usd_per_step,
         "energy_kwh_per_step": energy_kwh_per_step,
-        "time_to_train_days": steps * step_time_s / 86400.0,
-        "cost_to_train_usd": steps * usd_per_step,
-        "energy_to_train_mwh": steps * energy_kwh_per_step / 1e3,
+        **to_train(
+            step_time_s,
+            tokens_per_step,
+            total_tokens,
+            g["goodput"],
+            usd_per_step,
+            energy_kwh_per_step,
+        ),
         **g,
         "storage_capex_usd": storage_capex,
         "spare_capex_usd": spares * per_accelerator,
+    }
+
+
+def to_train(
+    step_time_s, tokens_per_step, total_tokens, goodput, usd_per_step, energy_kwh_per_step
+) -> dict:
+    """Time, cost and energy to train: ``total_tokens / tokens_per_step`` steps, divided by
+    the expected ``goodput`` (:mod:`codesign.goodput`), at the step's time, dollars and energy."""
+    steps = safe_div(total_tokens, tokens_per_step) / goodput
+    return {
+        "time_to_train_days": steps * step_time_s / 86400.0,
+        "cost_to_train_usd": steps * usd_per_step,
+        "energy_to_train_mwh": steps * energy_kwh_per_step / 1e3,
     }

@@ -67,7 +67,7 @@ import numpy as np
 from flax import struct
 
 from codesign._catalog import _fill, _load_catalog_file
-from codesign.checks import SpecError
+from codesign.checks import BLAST_RADII, SpecError, blast_weights
 from codesign.smoothing import safe_div
 
 __all__ = [
@@ -93,9 +93,6 @@ __all__ = [
 
 COMPONENTS = ("accelerator", "hbm", "host", "network", "switch", "software")
 """Failure sources; ``<c>_per_mh`` is failures per million accelerator-hours."""
-BLAST_RADII = ("host", "domain", "replica")
-"""What one failure takes out of the job's layout: the host, the scale-up domain (tier 0),
-or the model replica (``tp pp cp`` accelerators)."""
 PLATFORM_FIELDS = (
     *(f"{c}_per_mh" for c in COMPONENTS),
     "accelerators_per_host",
@@ -169,25 +166,6 @@ class Reliability:
 def reliability_presets() -> dict:
     """The presets of ``codesign/hardware/reliability.toml`` by name (tables with sources)."""
     return {k: v for k, v in _load_catalog_file("reliability").items() if isinstance(v, dict)}
-
-
-def blast_weights(blast) -> np.ndarray:
-    """Weights over :data:`BLAST_RADII` of a radius name (one-hot) or of a weight vector."""
-    if isinstance(blast, str):
-        if blast not in BLAST_RADII:
-            raise SpecError("system.reliability.blast_radius", blast, f"one of {list(BLAST_RADII)}")
-        return np.eye(len(BLAST_RADII))[BLAST_RADII.index(blast)]
-    try:
-        w = np.asarray(blast, dtype=float)
-    except (TypeError, ValueError):
-        w = np.zeros(0)
-    if w.shape != (len(BLAST_RADII),) or (w < 0).any() or abs(w.sum() - 1.0) > 1e-6:
-        raise SpecError(
-            "system.reliability.blast_radius",
-            blast,
-            f"one of {list(BLAST_RADII)} (or weights over them summing to 1)",
-        )
-    return w
 
 
 def blast_radius_name(rel: Reliability) -> str:

@@ -11,6 +11,7 @@ def _f(x) -> float:
 
 def report_to_dict(report, cfg=None) -> dict:
     """A JSON-ready dict of a scalar :class:`~codesign.step.Report`."""
+    from codesign.cost import CLUSTER_COST_KEYS
     from codesign.pipeline import STAGES
     from codesign.step import BREAKDOWN_KEYS, MEMORY_KEYS
 
@@ -31,17 +32,7 @@ def report_to_dict(report, cfg=None) -> dict:
             "memory_stage": STAGES[int(round(_f(report.memory_stage)))],
         },
         "params": {k: _f(v) for k, v in report.params.items()},
-        "cost": {
-            k: cost[k]
-            for k in (
-                "capex_usd",
-                "network_capex_usd",
-                "power_kw",
-                "usd_per_hour",
-                "usd_per_step",
-                "energy_kwh_per_step",
-            )
-        },
+        "cost": {k: cost[k] for k in CLUSTER_COST_KEYS},
     }
     if cfg is not None:
         out["config"] = cfg.names

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from codesign import pipeline
 from codesign.collectives import tier_bytes_per_s
 from codesign.compute import peak_flops
-from codesign.cost import cluster_cost
+from codesign.cost import CLUSTER_COST_KEYS, cluster_cost, to_train
 from codesign.goodput import CHECKPOINT_BYTES_PER_PARAM, fleet_failures, job_goodput
 from codesign.sites._spec import DP_OUTERMOST, Sites, SitesReport, _check, _replace
 from codesign.smoothing import EXACT, Smoothing, safe_div
@@ -205,24 +205,17 @@ def _costs(job: Sites, step, sm: Smoothing) -> dict:
         )
     ckpt_bytes = CHECKPOINT_BYTES_PER_PARAM * total_params(job.model)["total"]
     g = job_goodput(job.sites[0].system.reliability, fleets, ckpt_bytes)
-    steps = safe_div(tokens, tokens_step) / g["goodput"]
     out.update(g)
-    out["time_to_train_days"] = steps * step / 86400.0
-    out["cost_to_train_usd"] = steps * out["usd_per_step"]
-    out["energy_to_train_mwh"] = steps * out["energy_kwh_per_step"] / 1e3
+    out.update(
+        to_train(
+            step, tokens_step, tokens, g["goodput"], out["usd_per_step"], out["energy_kwh_per_step"]
+        )
+    )
     return out
 
 
-_ADDITIVE = (
-    "capex_usd",
-    "network_capex_usd",
-    "power_kw",
-    "usd_per_hour",
-    "usd_per_step",
-    "energy_kwh_per_step",
-    "storage_capex_usd",
-    "spare_capex_usd",
-)
+_ADDITIVE = (*CLUSTER_COST_KEYS, "storage_capex_usd", "spare_capex_usd")
+"""Money and power add over the sites."""
 
 
 def _homogeneous_step(job: Sites, i: int, sm: Smoothing):
