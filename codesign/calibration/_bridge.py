@@ -526,12 +526,25 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
     vpp = par.get("virtual_pp")
     interleave = vpp if isinstance(vpp, int) and not isinstance(vpp, bool) and vpp > 1 else 1
     fsdp = bool(par.get("fsdp"))
+    ep = int(par.get("ep", 1))
+    fold = tp * int(par["dp"]) * cp
+    if moe and fold % ep:
+        # The 25.09 GB200 DeepSeek-V3 "alt" column: PP 8 with EP 64 on 256 GPUs (GA 64, so
+        # dp = 32).  Megatron-Core requires ep * etp to divide tp * dp * cp (the GPUs of one
+        # pipeline stage, 32 here), so that column cannot have run as printed; the page
+        # repeats EP 64 from the main column.  Take the largest valid EP and say so.
+        valid = max(d for d in range(1, ep + 1) if fold % d == 0 and d <= moe["experts"])
+        notes.append(
+            f"ASSUMED ep {valid}: the page's EP {ep} does not divide tp*dp*cp = {fold} "
+            "(impossible in Megatron-Core; the page repeats the main column's EP)"
+        )
+        ep = valid
     strategy = {
         "tp": tp,
         "pp": pp,
         "dp": int(par["dp"]),
         "cp": cp,
-        "ep": int(par.get("ep", 1)),
+        "ep": ep,
         "etp": int(val.get("etp", 0)) if moe else 0,
         "microbatch": int(par["microbatch"]),
         "interleave": interleave,

@@ -170,12 +170,22 @@ class Discretizer:
     def axis_moves(self, point: tuple, pairs: bool = True) -> list[tuple]:
         """Points whose layout differs from ``point``'s along one layout axis, to any of its
         values, or (``pairs``) along two axes at once, to any pair of values, with every
-        categorical combination (recompute, ZeRO, platform, placement); the bandwidths kept.  These moves cross gaps that single steps cannot (a constraint
-        that excludes the layouts in between, or a pipeline depth that only pays off with
-        another microbatch or accelerator count)."""
+        categorical combination (recompute, ZeRO, platform, placement); each with the
+        point's bandwidths and again with the cheapest ones (index 0 on every bandwidth
+        axis).  These moves cross gaps that single steps cannot (a constraint that excludes
+        the layouts in between, or a pipeline depth that only pays off with another
+        microbatch or accelerator count; under a capex cap, a larger cluster that is only
+        affordable on a cheaper fabric)."""
         lay, cat, bw = self.split(point)
         if lay is None:
             return []
+        out = self._layout_moves(lay, bw, pairs)
+        low = tuple(0 for _ in bw)
+        if low != tuple(bw):
+            out += self._layout_moves(lay, low, pairs)
+        return out
+
+    def _layout_moves(self, lay: int, bw: tuple, pairs: bool) -> list[tuple]:
         row = tuple(int(i) for i in self.layouts[lay])
         sizes = [self.ev.shape[a] for a in self.layout_axes]
         cats = list(itertools.product(*[range(self.ev.shape[a]) for a in self.cat_axes]))
