@@ -50,7 +50,8 @@ single stage) and buffers (the fp32 logits on the last), and the report gives th
 Context parallelism splits the sequence.
 
 **Model states** follow Rajbhandari et al. 2020, "ZeRO" (arXiv:1910.02054): 2 bytes per
-parameter of 16-bit weights, ``grad_bytes`` of gradients (4: Megatron's fp32 main grads,
+parameter of 16-bit weights (``Training.weight_copy_bytes``: 0 under PyTorch FSDP mixed
+precision, whose fp32 parameters are the master weights), ``grad_bytes`` of gradients (4: Megatron's fp32 main grads,
 the default; 2 when gradients are kept and reduced in bf16, as ZeRO's paper counts), and 12 of optimizer state (fp32 master weights, Adam m and v); ZeRO-1 shards
 the optimizer state over the data-parallel group, ZeRO-2 also the gradients and ZeRO-3
 also the weights.  Expert parameters shard over the expert-data-parallel group
@@ -207,6 +208,7 @@ def stage_memory_bytes(
     logits=1.0,
     precision: str = "bf16",
     act: dict | None = None,
+    weight_copy_bytes=2.0,
 ) -> dict:
     """Bytes per accelerator by term on one pipeline stage.
 
@@ -221,7 +223,7 @@ def stage_memory_bytes(
     frac = zero_fractions(st.zero)  # ZeRO stage weights -> sharded fraction of each state
     pd, pe = params_local["dense"], params_local["expert"]
     shard_w = frac["weights"]
-    weights = 2.0 * sharded(pd, pe, shard_w, st)
+    weights = weight_copy_bytes * sharded(pd, pe, shard_w, st)
     grads = grad_bytes * sharded(pd, pe, frac["gradients"], st)
     optimizer = 12.0 * sharded(pd, pe, frac["optimizer"], st) * (1.0 - st.offload_optimizer)
 

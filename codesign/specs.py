@@ -172,6 +172,13 @@ class Training:
     grad_reduce_bytes: float = 4.0
     """Bytes per gradient element, stored and reduced over data parallelism (Megatron: fp32
     main grads, 4; 2 when gradients are accumulated and reduced in bf16)."""
+    weight_copy_bytes: float = 2.0
+    """Bytes per parameter of the 16-bit working copy of the weights that is kept beside the
+    fp32 master weights (Megatron-LM, NeMo, DeepSpeed: 2, Rajbhandari et al. 2020).  0 where
+    the fp32 parameters are themselves the master weights and the 16-bit copy exists only
+    while a layer runs: PyTorch FSDP with ``MixedPrecision(param_dtype=bf16)`` casts the
+    gathered shard per unit and frees it (Zhao et al. 2023, "PyTorch FSDP", arXiv:2304.11277,
+    Sec. 3.4), and ``torch.autocast`` casts per operation (MosaicML llm-foundry / Composer)."""
     outer_tokens_factor: float = 1.0
     """Tokens to train with reduced-frequency synchronization (``Strategy.outer_sync_interval``
     > 1) over those of synchronous training: the convergence penalty of DiLoCo-style
@@ -595,6 +602,7 @@ def check_training(training: Training) -> None:
     positive("training.global_batch", training.global_batch, integer=True)
     positive("training.tokens", training.tokens, allow_zero=True)
     positive("training.grad_reduce_bytes", training.grad_reduce_bytes)
+    positive("training.weight_copy_bytes", training.weight_copy_bytes, allow_zero=True)
     positive("training.outer_tokens_factor", training.outer_tokens_factor)
     if training.precision not in PRECISIONS:
         raise SpecError("training.precision", training.precision, f"one of {list(PRECISIONS)}")

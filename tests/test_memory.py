@@ -147,6 +147,29 @@ def test_model_states_zero(zero, dp, cp, ep):
     assert close(out["total"], parts)
 
 
+@pytest.mark.parametrize("zero", [0, 3])
+def test_fsdp_keeps_no_16_bit_weight_copy(zero):
+    """PyTorch FSDP mixed precision (Zhao et al. 2023, arXiv:2304.11277, Sec. 3.4): the fp32
+    parameters are the master weights (in the 12 optimizer bytes), so ``weight_copy_bytes = 0``
+    drops the weights term, 2 bytes per parameter (sharded under ZeRO-3), and nothing else;
+    end to end the step time does not change."""
+    m = gpt()
+    st = make_strategy(tp=2, pp=4, dp=8, zero=zero)
+    pd, pe = 3.0e9, 0.0
+    kw = dict(model=m, strategy=st, eff=cd.Efficiency(), params_local={"dense": pd, "expert": pe})
+    a = memory.stage_memory_bytes(num_microbatches=16.0, sm=EXACT, **kw)
+    b = memory.stage_memory_bytes(num_microbatches=16.0, sm=EXACT, weight_copy_bytes=0.0, **kw)
+    assert close(a["weights"], 2.0 * pd / (8 if zero == 3 else 1))
+    assert float(b["weights"]) == 0.0
+    assert close(a["total"] - b["total"], a["weights"])
+    model, training, system, strategy, eff = example_config().specs()
+    r_a = cd.evaluate(model, training, system, strategy, eff)
+    tr_b = training.replace(weight_copy_bytes=0.0)
+    r_b = cd.evaluate(model, tr_b, system, strategy, eff)
+    assert float(r_b.step_time_s) == float(r_a.step_time_s)
+    assert float(r_b.memory_gb["weights"]) == 0.0 < float(r_a.memory_gb["weights"])
+
+
 @pytest.mark.parametrize("pp,v,n_mb", [(1, 1, 8), (4, 1, 32), (4, 1, 2), (8, 3, 64), (4, 2, 4)])
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 def test_pipeline_activations_and_buffers(pp, v, n_mb, recompute):

@@ -19,10 +19,6 @@ KNOWN_OVERSHOOT = {
     # SC21 Table 2's ZeRO-3 comparison runs (excluded from the fit: the paper's own ZeRO-3
     # baseline, whose memory settings it does not give).
     "sc21_t2_zero3_529.6B_640gpu": 1.15,
-    # MosaicML 30B at 8k context on 8 GPUs with FSDP and full activation checkpointing: the
-    # model's 2 GB fixed overhead + two prefetched layers put it 1.3 % over 80 GB.
-    "llmfoundry_H100__30b_8192_8gpu_mb1_21": 1.02,
-    "llmfoundry_A100__30b_8192_8gpu_mb1_80": 1.02,
 }
 """Rows still reported as not fitting, with an upper bound of memory / HBM."""
 

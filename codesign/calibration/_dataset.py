@@ -18,10 +18,25 @@ from codesign.calibration._rows import (
     source_short,
 )
 
-__all__ = ["SOURCES", "build_dataset", "fit_exclusion", "make_splits", "source_weights"]
+__all__ = [
+    "SOURCES",
+    "build_dataset",
+    "contradictions",
+    "fit_exclusion",
+    "is_zero3_exclusion",
+    "make_splits",
+    "source_weights",
+]
 
 SOURCES = ("SC21", "Korthikanti", "DGXC", "MosaicML", "Bridge")
 """The sources of the data set, in report order."""
+
+
+ZERO3_EXCLUSION = "DeepSpeed ZeRO-3 (SC21 Table 2): structure the model cannot express (see report)"
+CONTRADICTED = "contradicted by another row"
+CONTRADICTION_RATIO = 1.5
+"""Two rows of the same system, model, layout and batch whose throughputs differ by more than
+this factor contradict each other (see :func:`contradictions`)."""
 
 
 def fit_exclusion(row: dict) -> str | None:
@@ -33,14 +48,75 @@ def fit_exclusion(row: dict) -> str | None:
     collectives per micro-batch, hidden behind compute up to ``dp_overlap_eff``) cannot
     produce with any efficiency values.  Fitting them would drag the shared overlap and
     fabric efficiencies to wrong values for every other row; they are reported separately.
+    Rows that contradict another row are found over the whole data set by
+    :func:`contradictions`.
     """
     if row["id"].startswith("sc21_t2_zero3"):
-        return "DeepSpeed ZeRO-3 (SC21 Table 2): structure the model cannot express (see report)"
+        return ZERO3_EXCLUSION
     return None
 
 
+def _layout_key(row: dict) -> tuple:
+    """What fixes a run's step time but the software release: system, GPU count, model,
+    sequence, precision, batch and every parallel degree (the row's own figures)."""
+    hw, par, mod = row["hardware"], row["parallel"], row["model"]
+    prec = str(par.get("precision", "")).split()[0].upper()
+    prec = "FP8" if prec.startswith("FP8") else prec
+    degrees = ("tp", "pp", "cp", "ep", "virtual_pp", "microbatch", "global_batch", "fsdp")
+    return (
+        str(hw.get("system", hw.get("gpu"))),
+        int(hw["num_gpus"]),
+        str(mod.get("name")),
+        int(mod.get("seq_len", 0)),
+        prec,
+        *(str(par.get(k)) for k in degrees),
+    )
+
+
+def contradictions(rows: list[dict], ratio: float = CONTRADICTION_RATIO) -> dict[str, str]:
+    """Rows that contradict another row of the data set: ``{id: reason}``.
+
+    Two Megatron-Bridge rows of the same system, GPU count, model, sequence length, precision
+    family, global and micro-batch and parallel degrees (two container releases of one recipe)
+    whose measured step times differ by more than ``ratio``.  A deterministic model of the
+    hardware gives both the same prediction, so no such model can put both within
+    ``(ratio - 1) / (ratio + 1)`` of their measurements (20 % at 1.5x): one of the two
+    measured a software regression or a different run than the page says.  Both rows of the
+    pair are kept out of every fit and reported apart, so that which one is kept does not
+    depend on which the model prefers.  In the copied data this finds Qwen3-30B-A3B on 8 B200
+    (25.09: 14.5 s, 25.11: 28.2 s) and on 16 H100 (12.5 s, 24.8 s).
+    """
+    from codesign.calibration._rows import is_bridge_row
+
+    groups: dict[tuple, list[tuple[str, float]]] = {}
+    for row in rows:
+        if not is_bridge_row(row):
+            continue
+        t, _ = measured_step_time(row)
+        if t:
+            groups.setdefault(_layout_key(row), []).append((row["id"], float(t)))
+    out = {}
+    for members in groups.values():
+        for a, ta in members:
+            for b, tb in members:
+                if a != b and max(ta, tb) / min(ta, tb) > ratio:
+                    out[a] = (
+                        f"{CONTRADICTED}: {b} has the same system, model, batch and layout and "
+                        f"measured {tb:.2f} s against {ta:.2f} s ({max(ta, tb) / min(ta, tb):.2f}x)"
+                    )
+    return out
+
+
+def is_zero3_exclusion(point: dict) -> bool:
+    """Whether a point is one of SC21 Table 2's ZeRO-3 rows (kept out of every fit)."""
+    return point.get("excluded") == ZERO3_EXCLUSION
+
+
 def _report_group(source: str, excluded: str | None) -> str:
-    return f"{source} ZeRO-3 (not fitted)" if excluded else source
+    if not excluded:
+        return source
+    kind = "ZeRO-3" if excluded == ZERO3_EXCLUSION else "contradicted"
+    return f"{source} {kind} (not fitted)"
 
 
 def build_dataset(rows: list[dict], recipe_facts: bool = True) -> dict:
@@ -51,6 +127,7 @@ def build_dataset(rows: list[dict], recipe_facts: bool = True) -> dict:
     model name and published MFU.
     """
     points, ranges, skipped = [], [], []
+    contradicted = contradictions(rows)
     for row in rows:
         src = source_short(row)
         meas, how = measured_step_time(row)
@@ -82,7 +159,7 @@ def build_dataset(rows: list[dict], recipe_facts: bool = True) -> dict:
         if cfg is None:
             skipped.append({**base, "reason": note})
             continue
-        excl = fit_exclusion(row)
+        excl = fit_exclusion(row) or contradicted.get(row["id"])
         points.append(
             {
                 **base,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from codesign.calibration._dataset import CONTRADICTED, is_zero3_exclusion
 from codesign.calibration._source_findings import (
     DgxcFinding,
     KorthikantiFinding,
@@ -132,11 +133,11 @@ class Zero3Finding:
 
 def _zero3(res: dict) -> Zero3Finding | None:
     pts = res["points"]
-    if not any(p["excluded"] for p in pts):
+    if not any(is_zero3_exclusion(p) for p in pts):
         return None
     allsp = split_of_kind(res, "all")
-    e = after_errors(res, allsp, lambda p: p["excluded"]) if allsp else []
-    mapped = [p for p in mapped_points(res) if p["excluded"]]
+    e = after_errors(res, allsp, is_zero3_exclusion) if allsp else []
+    mapped = [p for p in mapped_points(res) if is_zero3_exclusion(p)]
     doubling, best = None, None
     for a in mapped:
         for b in mapped:
@@ -153,13 +154,42 @@ def _zero3(res: dict) -> Zero3Finding | None:
     links = {float(p["config"].system.tiers[-1].bandwidth_gbps) for p in mapped}
     flat = [r.flat_error_pct for r in zero3_rows(res) if r.flat_s is not None]
     return Zero3Finding(
-        rows=sum(1 for p in pts if p["excluded"]),
+        rows=sum(1 for p in pts if is_zero3_exclusion(p)),
         after=ErrorStats.of(e),
         doubling=doubling,
         scale_up_domain=domains.pop() if len(domains) == 1 else None,
         link_gbps=links.pop() if len(links) == 1 else None,
         flat_errors_pct=tuple(flat),
     )
+
+
+@dataclass(frozen=True)
+class ContradictionFinding:
+    """Rows kept out of the fit because another row of the same recipe contradicts them:
+    ``(id, measured_s, after_s)`` each, in data order (pairs follow each other)."""
+
+    rows: tuple[tuple[str, float, float], ...]
+
+    def sentence(self) -> str:
+        parts = [
+            f"{rid.removeprefix('mbridge_')}: measured {m:.2f} s, model (presets) {a:.2f} s "
+            f"({100.0 * (a - m) / m:+.1f} %)"
+            for rid, m, a in self.rows
+        ]
+        return (
+            f"{len(self.rows)} Megatron-Bridge rows contradict another row of the same system, "
+            "model, batch and layout (two container releases of one recipe whose measured step "
+            "times differ by more than 1.5x; see codesign.calibration.contradictions).  A "
+            "deterministic model gives both rows of a pair the same prediction, so no such "
+            "model puts both within 20 % of their measurements; both rows are kept out of every "
+            "fit and reported apart (group 'Bridge contradicted'): "
+            + "; ".join(parts)
+            + ".  Later releases measured the same model on the same systems close to the "
+            "25.09 figures (external, not fitted: the Megatron-Bridge 26.02.01 page gives "
+            "Qwen3-30B-A3B 26,695 tokens/s/GPU on 8 B200 at micro-batch 4, and 9,058 on 16 "
+            "H100 at PP 2, VP 12), which points to a regression of the 25.11 container on "
+            "these two recipes."
+        )
 
 
 @dataclass(frozen=True)
@@ -179,6 +209,16 @@ class WeakValuesFinding:
             "the all-rows values, and their individual numbers should not be read as "
             "measurements of one kernel."
         )
+
+
+def _contradicted(res: dict) -> ContradictionFinding | None:
+    allsp = split_of_kind(res, "all")
+    rows = tuple(
+        (p["id"], float(p["measured_s"]), float(allsp["after_s"][i]) if allsp else float("nan"))
+        for i, p in enumerate(res["points"])
+        if str(p.get("excluded") or "").startswith(CONTRADICTED)
+    )
+    return ContradictionFinding(rows) if rows else None
 
 
 def _memory_sentence() -> str:
@@ -204,6 +244,7 @@ class Findings:
     mosaicml: MosaicFinding | None
     generation: GenerationFinding | None
     zero3: Zero3Finding | None
+    contradicted: ContradictionFinding | None
     weak_values: WeakValuesFinding | None
 
     def sentences(self) -> list[str]:
@@ -213,6 +254,7 @@ class Findings:
             self.mosaicml,
             self.generation,
             self.zero3,
+            self.contradicted,
             self.weak_values,
         )
         return [f.sentence() for f in parts if f is not None] + [_memory_sentence()]
@@ -228,6 +270,7 @@ def compute_findings(res: dict) -> Findings:
         mosaicml=mosaic_finding(res, fam),
         generation=_generation(res),
         zero3=_zero3(res),
+        contradicted=_contradicted(res),
         weak_values=WeakValuesFinding(tuple(weak)) if weak else None,
     )
 

@@ -466,6 +466,11 @@ def row_to_doc(
                 training["grad_reduce_bytes"] = gbytes
         if mosaic and str(par.get("fsdp", "")).startswith("PURE"):
             training["grad_reduce_bytes"] = 2.0
+        if mosaic and strategy["zero"] == 3:
+            # FSDP FULL_SHARD with MixedPrecision: the sharded fp32 parameters are the master
+            # weights; the bf16 copy is gathered per unit and freed (the prefetch buffer).
+            training["weight_copy_bytes"] = 0.0
+            notes.append("FSDP FULL_SHARD: no persistent 16-bit weight copy")
 
     system = {
         "accelerator": accel_name,

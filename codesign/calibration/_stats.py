@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from codesign.calibration._dataset import is_zero3_exclusion
 from codesign.calibration._fit import predict_step_times
 from codesign.calibration._grouping import groups_for, resolved_groups
 from codesign.workload import total_params
@@ -440,7 +441,7 @@ def zero3_rows(res: dict) -> list[Zero3Row]:
     cfgs = {p["id"]: p["config"] for p in res.get("_dataset", {}).get("points", [])}
     out = []
     for i, p in enumerate(res["points"]):
-        if not p["excluded"]:
+        if not is_zero3_exclusion(p):
             continue
         a = sp["after_s"][i] if sp else float("nan")
         flat = None
