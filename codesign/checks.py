@@ -75,6 +75,19 @@ def check_model(m) -> None:
             "positive, with qk_nope_head_dim + qk_rope_head_dim > 0, for MLA (kv_lora_rank > 0)",
         )
     _check_hybrid(m)
+    positive("model.attention_window", m.attention_window, integer=True, allow_zero=True)
+    positive("model.window_layers", m.window_layers, integer=True, allow_zero=True)
+    attn_layers = float(m.layers) - float(m.mamba_layers)
+    if float(m.window_layers) > attn_layers:
+        raise SpecError(
+            "model.window_layers",
+            m.window_layers,
+            f"at most the attention layers, layers - mamba_layers = {attn_layers:g}",
+        )
+    if m.window_layers > 0 and m.attention_window <= 0:
+        raise SpecError(
+            "model.attention_window", m.attention_window, "positive with window_layers > 0"
+        )
     if m.moe_experts > 0:
         if not 1 <= m.moe_top_k <= m.moe_experts:
             raise SpecError(

@@ -193,7 +193,7 @@ def layer_times(
     )
 
     qk, v = workload.attention_core_dims(m)
-    attn_flops = fr["attention"] * 2.0 * tokens * m.seq_len * (qk + v) / st.tp
+    attn_flops = fr["attention"] * 2.0 * tokens * workload.attention_keys(m) * (qk + v) / st.tp
     attention = safe_div(attn_flops, peak_half * eff.attention_eff)
     # MoE routing: dispatch and combine each read and write the tokens' 16-bit slots in HBM
     # (permute, un-permute), times moe_permute_factor (router softmax/top-k, padding, the

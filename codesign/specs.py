@@ -141,6 +141,12 @@ class Model:
     """MLA per-head dimension of the non-rotary part of queries and keys."""
     v_head_dim: float = 0.0
     """MLA per-head value dimension."""
+    attention_window: float = 0.0
+    """Sliding-window attention (Beltagy et al. 2020, "Longformer", arXiv:2004.05150; Mistral
+    7B; GPT-OSS): tokens each query of a windowed layer attends to (0: no window)."""
+    window_layers: float = 0.0
+    """How many of the attention layers use ``attention_window`` (GPT-OSS 120B: 18 of 36,
+    every other layer; Gemma 2: half); the others attend to the whole sequence."""
     mamba_layers: float = 0.0
     """Hybrid models (Nemotron-H, arXiv:2504.03624): how many of the layers have a Mamba-2
     (SSD, Dao & Gu 2024, arXiv:2405.21060) mixer instead of self-attention; 0: none."""

@@ -71,6 +71,22 @@ def attention_core_dims(m: Model) -> tuple:
     return qk, v
 
 
+def attention_keys(m: Model):
+    """Keys per query counted for the attention core, averaged over the attention layers.
+
+    A full layer counts the whole sequence ``s`` (full, not causal, as in Narayanan et al.
+    eq. 3; a causal kernel skips about half, which the calibrated ``attention_eff``
+    absorbs).  A sliding-window layer of ``w`` tokens (``attention_window``) makes a fused
+    kernel compute about ``w`` keys per query, so it counts ``min(2 w, s)`` on the same
+    scale: ``((A - n_w) s + n_w min(2 w, s)) / A`` over the ``A = layers - mamba_layers``
+    attention layers, ``n_w`` of them windowed (``window_layers``).  Without a window this is
+    ``s``.
+    """
+    attn = jnp.maximum(m.layers - m.mamba_layers, 1.0)
+    windowed = jnp.minimum(2.0 * m.attention_window, m.seq_len)
+    return m.seq_len - m.window_layers / attn * (m.seq_len - windowed)
+
+
 def attention_gemms(m: Model) -> list:
     """The projection GEMMs of one attention block as ``(n, k, split)`` per token: an
     ``n x k`` weight, split by tensor parallelism along ``n`` (``"n"``, column parallel),
@@ -228,7 +244,8 @@ def forward_flops_per_token(m: Model) -> dict:
     Mamba layers' SSD scan, matmuls on the tensor cores, is included and also given alone
     as ``ssd``), ``attention`` per layer (``QK^T`` and ``AV``:
     ``2 s (qk + v)`` per token, ``4 s q`` for standard attention, full, not causal, as in
-    Narayanan et al. eq. 3, on the attention layers), and ``logits`` for the whole model
+    Narayanan et al. eq. 3, on the attention layers, ``s`` replaced by
+    :func:`attention_keys` with sliding-window layers), and ``logits`` for the whole model
     (``2 h V``).
     """
     p = layer_params(m)
@@ -243,7 +260,7 @@ def forward_flops_per_token(m: Model) -> dict:
     ssd = fr["mamba"] * ssd_flops_per_token(m)
     return {
         "gemm": 2.0 * (p["attention"] + mlp) + ssd,
-        "attention": fr["attention"] * 2.0 * m.seq_len * (qk + v),
+        "attention": fr["attention"] * 2.0 * attention_keys(m) * (qk + v),
         "logits": 2.0 * m.hidden * m.vocab,
         "ssd": ssd,
     }

@@ -10,7 +10,9 @@ from conftest import small_doc
 
 import codesign as cd
 from codesign import workload
+from codesign.checks import check_model
 from codesign.config import model_preset
+from codesign.specs import SpecError
 
 
 def gpt(l=24, h=2048, a=16, V=51200, s=2048, tied=0.0, dropout=1.0) -> cd.Model:
@@ -189,3 +191,30 @@ def test_head_dim_and_gqa_dims():
     m2 = model_preset("deepseek-v3")
     assert float(workload.head_dim(m2)) == 128.0
     assert math.isclose(float(workload.attention_dims(m2)[0]), 128.0 * 128.0)
+
+
+def test_sliding_window_attention_by_hand():
+    """GPT-OSS 120B (OpenAI 2025 model card, arXiv:2508.10925): 128-token windows on 18 of 36
+    layers.  At s = 4096 the full layers count s = 4096 keys per query and the windowed
+    ones min(2 w, s) = 256 (a fused kernel computes about w of the causal s/2), so the
+    average is (18 * 4096 + 18 * 256) / 36 = 2176, and the attention core's forward FLOPs per
+    token per layer are 2 * 2176 * (qk + v) with qk = v = 64 heads * 64."""
+    m = model_preset("gpt-oss-120b")
+    assert float(workload.attention_keys(m)) == 2176.0
+    f = workload.forward_flops_per_token(m)
+    assert float(f["attention"]) == 2.0 * 2176.0 * (4096.0 + 4096.0)
+    full = m.replace(window_layers=0.0)
+    assert float(workload.attention_keys(full)) == 4096.0
+    # A window at least half the sequence changes nothing; the GEMMs never change.
+    wide = m.replace(attention_window=2048.0)
+    assert float(workload.attention_keys(wide)) == 4096.0
+    assert float(workload.forward_flops_per_token(full)["gemm"]) == float(f["gemm"])
+
+
+def test_window_layers_checked():
+    m = model_preset("gpt-oss-120b")
+    with pytest.raises(SpecError, match="model.window_layers"):
+        check_model(m.replace(window_layers=37.0))
+    with pytest.raises(SpecError, match="model.attention_window"):
+        check_model(m.replace(attention_window=0.0))
+    check_model(m)

@@ -103,10 +103,13 @@ BRIDGE_ARCH = {
         "moe_ffn_hidden": 2880,
         "moe_shared_experts": 0,
         "vocab": 201088,
+        "attention_window": 128,
+        "window_layers": 18,
         "source": f"{MB} r0.2.0@0465189 src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py: "
         "num_layers 36, hidden 2880, 64 heads, 8 query groups, kv_channels 64, "
         "ffn/moe_ffn 2880, 128 experts top-4, vocab 201088, window_size (128, 0) on every other "
-        "layer (window_attn_skip_freq 2): sliding window, attention sinks and biases NOT modelled",
+        "layer (window_attn_skip_freq 2: 18 of 36 layers windowed); attention sinks and biases "
+        "NOT modelled",
     },
 }
 """Architecture facts the rows lack, per model key."""
@@ -518,7 +521,9 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
         if mtp:
             notes.append(f"{mtp} MTP layer(s) on the last stage NOT modelled")
     if model_key == "gpt_oss_120b":
-        notes.append("GPT-OSS alternating 128-token sliding window NOT modelled (full attention)")
+        model["attention_window"] = arch["attention_window"]
+        model["window_layers"] = arch["window_layers"]
+        notes.append("GPT-OSS attention sinks and biases NOT modelled")
     if val.get("token_drop"):
         notes.append("MoE token drop (capacity 1.0, padded) not modelled: force-balanced routing")
 

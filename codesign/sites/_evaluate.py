@@ -20,14 +20,15 @@ from codesign.workload import model_flops_per_step, total_params
 
 
 def _per_layer_kinds(model: Model, layers) -> Model:
-    """``model`` cut to ``layers`` consecutive layers: the MoE, Mamba and MLP-free layer
-    counts scale in proportion (an average slice of the layer pattern)."""
+    """``model`` cut to ``layers`` consecutive layers: the MoE, Mamba, windowed and MLP-free
+    layer counts scale in proportion (an average slice of the layer pattern)."""
     frac = safe_div(layers, model.layers)
     return _replace(
         model,
         layers=layers,
         moe_layers=model.moe_layers * frac,
         mamba_layers=model.mamba_layers * frac,
+        window_layers=model.window_layers * frac,
         mlp_free_layers=model.mlp_free_layers * frac,
     )
 
