@@ -373,7 +373,18 @@ def evaluate_unchecked(
     # ---- memory: each stage, the largest reported ----------------------------------------
     mems = [
         memory.stage_memory_bytes(
-            m, st, eff, sp, n_mb, sm, training.grad_reduce_bytes, idx, n, out, precision, act,
+            m,
+            st,
+            eff,
+            sp,
+            n_mb,
+            sm,
+            training.grad_reduce_bytes,
+            idx,
+            n,
+            out,
+            precision,
+            act,
             weight_copy_bytes=training.weight_copy_bytes,
         )
         for (idx, n, _, _, out), sp in zip(stages, sparams, strict=True)
