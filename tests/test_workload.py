@@ -218,3 +218,11 @@ def test_window_layers_checked():
     with pytest.raises(SpecError, match="model.attention_window"):
         check_model(m.replace(attention_window=0.0))
     check_model(m)
+
+
+def test_deepseek_v3_preset_has_mla():
+    """The preset is the model DeepSeek-AI trained (arXiv:2412.19437): MLA, 671B total and
+    37B activated parameters (37.6B: the paper rounds down)."""
+    t = workload.total_params(model_preset("deepseek-v3"))
+    assert round(float(t["total"]) / 1e9) == 671
+    assert round(float(t["active"]) / 1e9) == 38
