@@ -125,3 +125,62 @@ def test_row_loads(row):
     else:
         assert int(cfg.strategy.ep) == row["parallel"].get("ep", 1)
         assert not any(n.startswith("ASSUMED ep") for n in notes)
+
+
+def test_contradicted_pairs_are_found_by_rule():
+    """Two releases of one recipe (same system, model, batch and layout) whose step times
+    differ by more than 1.5x: both rows are kept out of the fit, whichever the model
+    prefers; pairs within 1.5x (every Llama and GB200 pair) are not."""
+    from codesign.calibration._dataset import CONTRADICTED, build_dataset, contradictions
+
+    found = contradictions(load_all_rows())
+    assert set(found) == {
+        "mbridge_25.09_DGX-B200_Qwen3_30B_a3B__tokendrop__8gpu_FP8unspecified",
+        "mbridge_25.11_DGX-B200_Qwen3_30B_a3B_8gpu_FP8-MX",
+        "mbridge_25.09_DGX-H100_Qwen3_30B_a3B__tokendrop__16gpu_FP8unspecified",
+        "mbridge_25.11_DGX-H100_Qwen3_30B_a3B_16gpu_FP8-CS",
+    }
+    assert all(v.startswith(CONTRADICTED) for v in found.values())
+    # The rule, not the ids: halve one Llama row's throughput and its pair is flagged.
+    rows = [dict(r) for r in ROWS]
+    i = next(
+        k for k, r in enumerate(rows) if r["id"] == "mbridge_25.11_DGX-B200_LLAMA3_8B_8gpu_FP8-CS"
+    )
+    rows[i] = {
+        **rows[i],
+        "measured": {"tokens_per_s_per_gpu": 0.5 * rows[i]["measured"]["tokens_per_s_per_gpu"]},
+    }
+    assert "mbridge_25.09_DGX-B200_LLAMA3_8B_8gpu_FP8unspecified" in contradictions(rows)
+    pts = build_dataset(ROWS[:0] + [r for r in ROWS if r["id"] in found])["points"]
+    assert {p["group"] for p in pts} == {"Bridge contradicted (not fitted)"}
+
+
+def test_later_releases_borrow_the_newest_recipe():
+    from codesign.calibration._bridge import recipe_facts
+
+    facts, used = recipe_facts(("qwen3_30b_a3b", "b300", "26.02", "main"))
+    assert used == ("qwen3_30b_a3b", "b200", "25.11", "main")
+    assert facts is BRIDGE_RECIPES[used]
+    key = ("llama3_8b", "gb200", "25.09", "alt")
+    assert recipe_facts(key) == (BRIDGE_RECIPES[key], key)
+    assert recipe_facts(("kimi_k2", "gb300", "26.02", "main"))[0] is None
+
+
+def test_external_test_set_rows_load():
+    """The later releases (experiments/data, never fitted) map and load like fitted rows."""
+    from pathlib import Path
+
+    path = (
+        Path(__file__).resolve().parents[1] / "experiments/data/megatron_bridge_2026_external.json"
+    )
+    rows = load_rows(path)
+    assert len(rows) >= 150
+    assert {r["id"].split("_")[1] for r in rows} >= {"26.02", "26.04", "26.06"}
+    for row in rows:
+        assert source_short(row) == "Bridge"
+        doc, notes = row_to_doc(row)
+        cfg = load_run_dict(doc)
+        assert int(cfg.strategy.ep) == (row["parallel"]["ep"] or 1)
+        assert any("ASSUMED" in n for n in notes)
+        t, _ = measured_step_time(row)
+        assert t > 0

@@ -26,6 +26,7 @@ __all__ = [
     "bridge_key",
     "bridge_row_to_doc",
     "deepseek_stage_layers",
+    "recipe_facts",
 ]
 
 BRIDGE_DATA_PATH = data_dir() / "measured_runs_megatron_bridge_2025.json"
@@ -59,6 +60,7 @@ BRIDGE_ACCELERATORS = {
     "B200": ("b200", "b200"),
     "GB200": ("gb200", "gb200"),
     "GB300": ("gb300", "gb300"),
+    "B300": ("b300", "b300"),
 }
 """Row ``hardware.gpu`` prefix -> (accelerator preset, recipe GPU key)."""
 
@@ -461,12 +463,35 @@ def bridge_key(row: dict) -> tuple:
     return model, gpu, container, variant
 
 
+SIMILAR_GPU = {"b300": "b200", "gb300": "gb200", "gb200": "gb300", "b200": "b300"}
+"""The system whose recipe a row borrows when its own has no collected facts (same
+generation, other form factor or Blackwell / Blackwell Ultra)."""
+
+
+def recipe_facts(key: tuple) -> tuple[dict | None, tuple]:
+    """``(facts, key used)``: the recipe facts of ``key`` (:data:`BRIDGE_RECIPES`) or, for a
+    row of a release whose recipes were not collected (the external test set of later
+    containers), those of the newest collected release of the same model on the same or the
+    most similar system (:data:`SIMILAR_GPU`), main variant."""
+    if key in BRIDGE_RECIPES:
+        return BRIDGE_RECIPES[key], key
+    model, gpu, _, _ = key
+    for g in (gpu, SIMILAR_GPU.get(gpu)):
+        for c in ("25.11", "25.09"):
+            k = (model, g, c, "main")
+            if k in BRIDGE_RECIPES:
+                return BRIDGE_RECIPES[k], k
+    return None, key
+
+
 def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]:
     """``(run document, notes)`` for one Megatron-Bridge row (see :func:`codesign.calibration._rows.row_to_doc`)."""
     notes: list[str] = []
     hw, mod, par = row["hardware"], row["model"], row["parallel"]
     gpu_name = str(hw.get("gpu", ""))
-    prefix = next((k for k in ("GB300", "GB200", "B200", "H100") if gpu_name.startswith(k)), None)
+    prefix = next(
+        (k for k in ("GB300", "GB200", "B300", "B200", "H100") if gpu_name.startswith(k)), None
+    )
     if prefix is None:
         raise Unexpressible(f"hardware.gpu = {gpu_name!r} has no accelerator preset")
     accel_name, _ = BRIDGE_ACCELERATORS[prefix]
@@ -475,9 +500,11 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
         raise Unexpressible(f"accelerator preset {accel_name!r} not in the catalog yet")
     key = bridge_key(row)
     model_key, gpu, container, variant = key
-    facts = BRIDGE_RECIPES.get(key)
+    facts, used = recipe_facts(key)
     if facts is None:
         raise Unexpressible(f"no recipe facts for {key}")
+    if used != key:
+        notes.append(f"recipe facts of {used} ASSUMED (none collected for {key})")
     val = {k: v["value"] for k, v in facts.items()}
     arch = BRIDGE_ARCH[model_key]
     n = int(hw["num_gpus"])

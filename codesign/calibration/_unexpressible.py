@@ -14,8 +14,10 @@ def bridge_precision(row: dict, variant: str, gpu: str, notes: list) -> str:
     p = str(row["parallel"].get("precision", ""))
     if p == "FP8-CS":
         return "fp8-current"
-    if p == "FP8-MX":
+    if p in ("FP8-MX", "MXFP8"):
         return "mxfp8"
+    if p == "NVFP4":
+        return "nvfp4"
     if p == "BF16":
         return "bf16"
     if p.startswith("FP8"):
