@@ -24,6 +24,7 @@ from codesign.calibration._stats import (
 from codesign.calibration._tables import (
     ABLATION_HEAD,
     FAMILY_HEAD,
+    FRONTIER_HEAD,
     K_HEAD,
     RANGE_HEAD,
     SPLIT_HEAD,
@@ -31,6 +32,7 @@ from codesign.calibration._tables import (
     ZERO3_HEAD,
     ablation_rows,
     family_rows,
+    frontier_rows,
     korthikanti_rows,
     md_table,
     range_rows,
@@ -183,6 +185,16 @@ def render_markdown(
         md_table(SUMMARY_HEAD, summary_rows(res)),
         "",
     ]
+    frontier = frontier_rows(res)
+    if frontier:
+        parts += [
+            "Issue 11's targets: fitted rows by model kind (random splits) and the "
+            "Megatron-Bridge rows held out by container version (fit without 25.11, predict "
+            "25.11); rows kept out of every fit (ZeRO-3, contradicted) are not counted here.",
+            "",
+            md_table(FRONTIER_HEAD, frontier),
+            "",
+        ]
     if kt.stats.get("source"):
         s, b, a = kt.stats["source"], kt.stats["before"], kt.stats["all"]
         parts += [

@@ -350,3 +350,95 @@ ABLATION_HEAD = [
     "Korthikanti held out MAPE %",
     "generation held out: mean MAPE %",
 ]
+
+
+# ------------------------------------------------------------------------------------------
+# Issue 11's targets: held-out error by model kind and by container version
+# ------------------------------------------------------------------------------------------
+
+FRONTIER_HEAD = [
+    "group",
+    "split",
+    "held-out MAPE % (mean over splits)",
+    "max APE %",
+    "target",
+    "met",
+]
+
+_FRONTIER_GROUPS = (
+    ("dense, every source", "random", lambda p: not p.get("moe"), 5.0),
+    ("MoE, every source", "random", lambda p: bool(p.get("moe")), 8.0),
+    (
+        "Megatron-Bridge dense",
+        "random",
+        lambda p: p["source"] == "Bridge" and not p.get("moe"),
+        None,
+    ),
+    (
+        "Megatron-Bridge MoE",
+        "random",
+        lambda p: p["source"] == "Bridge" and bool(p.get("moe")),
+        None,
+    ),
+    ("Megatron-Bridge, all", "container", lambda p: p["source"] == "Bridge", None),
+    (
+        "Megatron-Bridge Blackwell",
+        "container",
+        lambda p: p["source"] == "Bridge" and str(p["generation"]).startswith("blackwell"),
+        8.0,
+    ),
+)
+
+
+def frontier_rows(res: dict) -> list[list[str]]:
+    """Held-out MAPE of the fitted rows by model kind (random splits, mean over the seeds) and
+    of the Megatron-Bridge rows held out by container version (fit without 25.11, predict
+    25.11), against issue 11's targets; then the rows of the all-rows fit more than 25 % off."""
+    pts = res["points"]
+    out = []
+    for name, kind, sel, target in _FRONTIER_GROUPS:
+        means, worst = [], 0.0
+        for sp in res["splits"]:
+            if sp["kind"] != kind:
+                continue
+            errs = [
+                abs(sp["after_s"][i] - p["measured_s"]) / p["measured_s"] * 100.0
+                for i, p in enumerate(pts)
+                if sp["held"][i] and p["excluded"] is None and sel(p)
+            ]
+            if errs:
+                means.append(sum(errs) / len(errs))
+                worst = max(worst, max(errs))
+        if not means:
+            continue
+        mean = sum(means) / len(means)
+        split = f"{len(means)} random" if kind == "random" else "25.09 -> 25.11"
+        out.append(
+            [
+                name,
+                split,
+                f"{mean:.1f}",
+                f"{worst:.1f}",
+                "-" if target is None else f"<= {target:g}",
+                "-" if target is None else _met(mean <= target),
+            ]
+        )
+    allsp = next((sp for sp in res["splits"] if sp["kind"] == "all"), None)
+    if allsp is not None:
+        fitted = [(i, p) for i, p in enumerate(pts) if p["excluded"] is None]
+        over = [
+            p["id"]
+            for i, p in fitted
+            if abs(allsp["after_s"][i] - p["measured_s"]) / p["measured_s"] > 0.25
+        ]
+        out.append(
+            [
+                "fitted rows more than 25 % off (all-rows fit)",
+                "all rows",
+                f"{len(over)} of {len(fitted)}",
+                ", ".join(over) or "-",
+                "0",
+                _met(not over),
+            ]
+        )
+    return out

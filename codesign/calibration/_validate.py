@@ -181,6 +181,7 @@ def run_validation(
                 "measured_s": p["measured_s"],
                 "before_s": float(before[i]),
                 "excluded": p["excluded"],
+                "moe": bool(float(p["config"].model.moe_experts) > 0),
             }
             for i, p in enumerate(points)
         ],
