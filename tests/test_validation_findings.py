@@ -232,3 +232,52 @@ def test_report_states_the_typed_findings(res, rows, facts):
     k = korthikanti_table(res).stats["source"]
     assert f"held out by source: MAPE {k.mape_pct:.2f} %, max {k.max_ape_pct:.2f} %**" in md
     assert "`codesign/data/measured_runs.json`" in md
+
+
+def test_contradicted_rows_are_reported_apart(res, facts):
+    from codesign.calibration._dataset import CONTRADICTED
+
+    c = facts.contradicted
+    ids = [p["id"] for p in res["points"] if str(p["excluded"] or "").startswith(CONTRADICTED)]
+    assert [r[0] for r in c.rows] == ids and len(ids) == 4
+    allsp = _split(res, "all")
+    for rid, meas, after in c.rows:
+        i = next(k for k, p in enumerate(res["points"]) if p["id"] == rid)
+        assert (meas, after) == (res["points"][i]["measured_s"], allsp["after_s"][i])
+        assert f"measured {meas:.2f} s, model (presets) {after:.2f} s" in c.sentence()
+        # Never fitted: every split trains without it.
+        assert not any(sp["train"][i] for sp in res["splits"])
+    assert {p["group"] for p in res["points"] if p["id"] in ids} == {
+        "Bridge contradicted (not fitted)"
+    }
+
+
+def test_frontier_table_is_the_held_out_error(res):
+    from codesign.calibration._tables import frontier_rows
+
+    rows = {r[0]: r for r in frontier_rows(res)}
+    sel = [
+        (sp, [i for i, p in enumerate(res["points"]) if sp["held"][i] and p["excluded"] is None])
+        for sp in res["splits"]
+        if sp["kind"] == "random"
+    ]
+    for name, moe in (("dense, every source", False), ("MoE, every source", True)):
+        means = [
+            np.mean(
+                [
+                    abs(sp["after_s"][i] / res["points"][i]["measured_s"] - 1.0) * 100
+                    for i in ix
+                    if res["points"][i]["moe"] == moe
+                ]
+            )
+            for sp, ix in sel
+        ]
+        assert rows[name][2] == f"{np.mean(means):.1f}"
+    over = rows["fitted rows more than 25 % off (all-rows fit)"]
+    allsp = _split(res, "all")
+    n = sum(
+        abs(allsp["after_s"][i] / p["measured_s"] - 1.0) > 0.25
+        for i, p in enumerate(res["points"])
+        if p["excluded"] is None
+    )
+    assert over[2].startswith(f"{n} of ")
