@@ -36,44 +36,16 @@ from codesign.goodput import Reliability
 from codesign.pricing import Pricing
 
 __all__ = [
-    "SpecError",
-    "Model",
-    "Training",
-    "Accelerator",
-    "Tier",
-    "System",
-    "Strategy",
-    "Efficiency",
-    "RECOMPUTE_MODES",
-    "ZERO_STAGES",
-    "PARALLEL_DIMS",
-    "PRECISIONS",
-    "RECOMPUTE_MODULES",
-    "precision_family",
-    "make_strategy",
-    "check_model",
-    "check_system",
-    "positive",
-    "plausibility_warnings",
-    "PLAUSIBLE",
-    "check_efficiency",
-    "check_training",
-]
+    "SpecError", "Model", "Training", "Accelerator", "Tier", "System", "Strategy", "Efficiency",
+    "RECOMPUTE_MODES", "ZERO_STAGES", "PARALLEL_DIMS", "PRECISIONS", "RECOMPUTE_MODULES",
+    "precision_family", "make_strategy", "check_model", "check_system", "positive",
+    "plausibility_warnings", "PLAUSIBLE", "check_efficiency", "check_training",
+]  # fmt: skip
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
 PARALLEL_DIMS = ("tp", "cp", "ep", "dp", "pp")
-PRECISIONS = (
-    "bf16",
-    "fp16",
-    "fp8",
-    "fp8-delayed",
-    "fp8-current",
-    "mxfp8",
-    "fp4",
-    "nvfp4",
-    "mxfp4",
-)
+PRECISIONS = ("bf16", "fp16", "fp8", "fp8-delayed", "fp8-current", "mxfp8", "fp4", "nvfp4", "mxfp4")  # fmt: skip
 """GEMM precisions.  ``fp8`` is an FP8 recipe left unspecified (modelled as ``fp8-delayed``,
 per-tensor delayed scaling, Micikevicius et al. 2022, arXiv:2209.05433); ``fp8-current``
 is per-tensor current scaling (an extra amax pass over each quantized tensor); ``mxfp8``
