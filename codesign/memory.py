@@ -51,7 +51,8 @@ Context parallelism splits the sequence.
 
 **Model states** follow Rajbhandari et al. 2020, "ZeRO" (arXiv:1910.02054): 2 bytes per
 parameter of 16-bit weights (``Training.weight_copy_bytes``: 0 under PyTorch FSDP mixed
-precision, whose fp32 parameters are the master weights), ``grad_bytes`` of gradients (4: Megatron's fp32 main grads,
+precision, whose fp32 parameters are the master weights) plus, in FP8/FP4 training, the
+cached quantized weights (:data:`WEIGHT_CACHE_BYTES`), ``grad_bytes`` of gradients (4: Megatron's fp32 main grads,
 the default; 2 when gradients are kept and reduced in bf16, as ZeRO's paper counts), and 12 of optimizer state (fp32 master weights, Adam m and v); ZeRO-1 shards
 the optimizer state over the data-parallel group, ZeRO-2 also the gradients and ZeRO-3
 also the weights.  Expert parameters shard over the expert-data-parallel group
@@ -79,6 +80,13 @@ __all__ = [
 ]
 
 MEMORY_TERMS = ("weights", "gradients", "optimizer", "activations", "buffers")
+
+WEIGHT_CACHE_BYTES = {"half": 0.0, "fp8": 2.0, "fp4": 1.125}
+"""Bytes per parameter of the quantized weights that FP8/FP4 training keeps for the step:
+Transformer Engine quantizes each weight on a step's first micro-batch and caches it for the
+others (``is_first_microbatch``; Megatron-Core ``MegatronModule.set_is_first_microbatch``), in
+two layouts, row-wise for the forward GEMM and column-wise (transposed) for the backward one:
+2 bytes in FP8, and for NVFP4 2 x (0.5 + 1/16 of E4M3 block scales) = 1.125."""
 
 
 def activation_bytes_per_token_layer(
@@ -223,7 +231,12 @@ def stage_memory_bytes(
     frac = zero_fractions(st.zero)  # ZeRO stage weights -> sharded fraction of each state
     pd, pe = params_local["dense"], params_local["expert"]
     shard_w = frac["weights"]
+    # The quantized-weight cache covers the layers' GEMM weights, not the embedding and the
+    # output layer (kept in BF16).
+    cache = WEIGHT_CACHE_BYTES[precision_family(precision)]
+    layer_dense = params_local.get("layer_dense", pd)
     weights = weight_copy_bytes * sharded(pd, pe, shard_w, st)
+    weights = weights + cache * sharded(layer_dense, pe, shard_w, st)
     grads = grad_bytes * sharded(pd, pe, frac["gradients"], st)
     optimizer = 12.0 * sharded(pd, pe, frac["optimizer"], st) * (1.0 - st.offload_optimizer)
 

@@ -167,7 +167,7 @@ def _layer_param_parts(model: Model, strategy: Strategy) -> tuple:
 def stage_params(model: Model, strategy: Strategy, layers, first, last) -> dict:
     """Dense and expert parameters held by one rank of a stage of ``layers`` layers (before
     ZeRO); ``first``/``last`` (0/1) add the input embedding / the output layer (Megatron
-    keeps a copy of a tied embedding on the last stage too)."""
+    keeps a copy of a tied embedding on the last stage too); ``layer_dense`` without them."""
     st = strategy
     dense_layer, expert_layer = _layer_param_parts(model, st)
     emb = model.vocab * model.hidden / st.tp
@@ -175,6 +175,7 @@ def stage_params(model: Model, strategy: Strategy, layers, first, last) -> dict:
         "dense": layers * dense_layer + emb * (first + last),
         "expert": layers * expert_layer,
         "per_layer": dense_layer + expert_layer,
+        "layer_dense": layers * dense_layer,
     }
 
 

@@ -281,3 +281,21 @@ def test_memory_independent_of_bandwidth():
         cfg.efficiency,
     )
     assert float(r1.memory_gb["total"]) == float(r2.memory_gb["total"])
+
+
+@pytest.mark.parametrize(
+    "precision,cache", [("bf16", 0.0), ("fp8-current", 2.0), ("mxfp8", 2.0), ("nvfp4", 1.125)]
+)
+def test_quantized_weight_cache(precision, cache):
+    """FP8/FP4 training keeps the layers' quantized weights, row- and column-wise, for the
+    step's micro-batches (Transformer Engine's first-micro-batch weight cache): 2 bytes per
+    layer parameter in FP8, 2 x (0.5 + 1/16) in NVFP4, sharded like the 16-bit weights; the
+    embedding and output layer stay in BF16 and are not cached."""
+    m = gpt()
+    st = make_strategy(tp=2, pp=4, dp=8, zero=1)
+    pl = {"dense": 3.5e9, "expert": 2.0e9, "per_layer": 0.5e9, "layer_dense": 3.0e9}
+    out = memory.stage_memory_bytes(m, st, cd.Efficiency(), pl, 16.0, EXACT, precision=precision)
+    assert close(out["weights"], 2.0 * (3.5e9 + 2.0e9) + cache * (3.0e9 + 2.0e9))
+    z3 = make_strategy(tp=2, pp=4, dp=8, ep=4, zero=3)
+    out = memory.stage_memory_bytes(m, z3, cd.Efficiency(), pl, 16.0, EXACT, precision=precision)
+    assert close(out["weights"], 2.0 * (3.5e9 / 8 + 2.0e9 / 2) + cache * (3.0e9 / 8 + 2.0e9 / 2))
