@@ -238,8 +238,8 @@ def markdown(recs: list[dict], seconds: float) -> str:
     ):
         for v in sorted({r[key] for r in ok}, key=str):
             sub = [r for r in ok if r[key] == v]
-            label = ("MoE" if v else "dense") if key == "moe" else v
-            lines.append(f"| {name} {label} | {_stats(sub)} |")
+            label = ("MoE models" if v else "dense models") if key == "moe" else f"{name} {v}"
+            lines.append(f"| {label} | {_stats(sub)} |")
     lines += [
         "",
         "GPT-OSS 120B: the page itself says (26.06.01 footnote) that its pre-training has a "

@@ -178,17 +178,15 @@ class ContradictionFinding:
         ]
         return (
             f"{len(self.rows)} Megatron-Bridge rows contradict another row of the same system, "
-            "model, batch and layout (two container releases of one recipe whose measured step "
+            "model, precision recipe, batch and layout (two container releases of one recipe whose measured step "
             "times differ by more than 1.5x; see codesign.calibration.contradictions).  A "
             "deterministic model gives both rows of a pair the same prediction, so no such "
             "model puts both within 20 % of their measurements; both rows are kept out of every "
             "fit and reported apart (group 'Bridge contradicted'): "
             + "; ".join(parts)
-            + ".  Later releases measured the same model on the same systems close to the "
-            "25.09 figures (external, not fitted: the Megatron-Bridge 26.02.01 page gives "
-            "Qwen3-30B-A3B 26,695 tokens/s/GPU on 8 B200 at micro-batch 4, and 9,058 on 16 "
-            "H100 at PP 2, VP 12), which points to a regression of the 25.11 container on "
-            "these two recipes."
+            + ".  Later releases alternate the same way (external, not fitted: on 16 H100 at "
+            "PP 2, VP 12, micro-batch 1 the Megatron-Bridge 26.02 page gives 5,113 "
+            "tokens/s/GPU, 26.02.01 9,058): the recipe's speed depends on the release."
         )
 
 
