@@ -37,13 +37,14 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+from recipe_regret import recipe_config  # noqa: E402  (the calibrated presets, stack bridge)
+
 import codesign as cd  # noqa: E402
 from codesign.calibration._bridge import bridge_key  # noqa: E402
 from codesign.calibration._rows import (  # noqa: E402
     BRIDGE_DATA_PATH,
     load_rows,
     measured_step_time,
-    row_to_config,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,7 +170,7 @@ def evaluate_rows(rows: list[dict]) -> list[dict]:
     out = []
     for row in rows:
         t_meas, _ = measured_step_time(row)
-        cfg, notes = row_to_config(row)
+        cfg, notes = recipe_config(row, calibrated=True)
         rec = {
             "id": row["id"],
             "container": row["id"].split("_")[1],
@@ -244,9 +245,10 @@ def markdown(recs: list[dict], seconds: float) -> str:
         "",
         "GPT-OSS 120B: the page itself says (26.06.01 footnote) that its pre-training has a "
         "known performance regression (cuDNN frontend issue 256, the attention-sink kernel), "
-        "to be fixed in a later container; the model, which prices attention with the "
-        "calibrated fused-attention efficiency and the 128-token sliding window, predicts it "
-        "about 1.7-2x faster than measured in every release.",
+        "to be fixed in a later container.  Rows whose recipe changed with the layout (e.g. "
+        "an expert-parallel group across nodes, where later recipes overlap the dispatch) "
+        "borrow settings that do not fit them: their errors say more about the borrowed "
+        "recipe than about the hardware model.",
         "",
         "| row | model | measured s | predicted s | error % | fits | notes |",
         "|---|---|---|---|---|---|---|",
