@@ -138,6 +138,7 @@ def activation_bytes_per_token_layer(
         * ((1.0 - mla) * (2.0 * q + 4.0 * kv + 2.0 * h) + mla * (4.0 * qk + 4.0 * v))
         + fr["mamba"] * mamba
     )
+    # An unfused kernel materializes the whole s x s scores, masked, even on windowed layers.
     scores = fr["attention"] * (1.0 - strategy.flash_attention) * 5.0 * m.heads * m.seq_len
     act_part = moe_frac * slots * 2.0 * m.moe_ffn_hidden
     # FP8/FP4 training (Transformer Engine) saves the quantized GEMM inputs for the weight

@@ -37,12 +37,11 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from recipe_regret import recipe_config  # noqa: E402  (the calibrated presets, stack bridge)
-
 import codesign as cd  # noqa: E402
 from codesign.calibration._bridge import bridge_key  # noqa: E402
 from codesign.calibration._rows import (  # noqa: E402
     BRIDGE_DATA_PATH,
+    calibrated_row_config,
     load_rows,
     measured_step_time,
 )
@@ -170,7 +169,7 @@ def evaluate_rows(rows: list[dict]) -> list[dict]:
     out = []
     for row in rows:
         t_meas, _ = measured_step_time(row)
-        cfg, notes = recipe_config(row, calibrated=True)
+        cfg, notes = calibrated_row_config(row)
         rec = {
             "id": row["id"],
             "container": row["id"].split("_")[1],

@@ -53,7 +53,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import itertools
 import json
@@ -68,17 +67,15 @@ import numpy as np
 
 import codesign as cd
 from codesign.calibration._rows import (
+    calibrated_row_config,
     load_all_rows,
     measured_step_time,
     row_to_config,
-    row_to_doc,
     source_short,
 )
-from codesign.calibration._unexpressible import Unexpressible
-from codesign.config import load_run_dict
 from codesign.rules import valid_mask, with_derived_dp
 from codesign.search._grid import specs_of
-from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES, SpecError
+from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES
 from codesign.step import evaluate_specs
 
 TARGET = 0.15
@@ -103,18 +100,7 @@ def _f(x) -> float:
 def recipe_config(row: dict, calibrated: bool):
     """``(RunConfig, notes)`` of the row as mapped, with the calibrated efficiency of its stack
     (or the class defaults), or ``(None, reason)``."""
-    mapped, notes = row_to_config(row)  # with the ran-means-fits recomputation, if assumed
-    if mapped is None:
-        return None, notes
-    try:
-        doc, _ = row_to_doc(row)
-        doc = copy.deepcopy(doc)
-        if calibrated:
-            doc["efficiency"].pop("preset", None)  # the accelerator's calibrated preset
-        cfg = load_run_dict(doc)
-    except (Unexpressible, SpecError) as e:
-        return None, str(e)
-    return dataclasses.replace(cfg, strategy=mapped.strategy), notes
+    return calibrated_row_config(row) if calibrated else row_to_config(row)
 
 
 def recompute_name(st) -> str:

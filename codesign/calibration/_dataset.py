@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from codesign.calibration._bridge import bridge_key
 from codesign.calibration._grouping import config_labels
 from codesign.calibration._rows import (
     MICROBATCH_RANGE,
+    is_bridge_row,
     measured_step_time,
     row_to_config,
     source_short,
 )
+from codesign.calibration._unexpressible import bridge_precision
 
 __all__ = [
     "SOURCES",
@@ -35,8 +38,8 @@ SOURCES = ("SC21", "Korthikanti", "DGXC", "MosaicML", "Bridge")
 ZERO3_EXCLUSION = "DeepSpeed ZeRO-3 (SC21 Table 2): structure the model cannot express (see report)"
 CONTRADICTED = "contradicted by another row"
 CONTRADICTION_RATIO = 1.5
-"""Two rows of the same system, model, layout and batch whose throughputs differ by more than
-this factor contradict each other (see :func:`contradictions`)."""
+"""Two rows of the same system, model, precision recipe, layout and batch whose throughputs
+differ by more than this factor contradict each other (see :func:`contradictions`)."""
 
 
 def fit_exclusion(row: dict) -> str | None:
@@ -61,9 +64,6 @@ def _layout_key(row: dict) -> tuple:
     sequence, precision recipe (as mapped: the 25.09 page's unstated FP8 is the recipe's FP8
     current scaling, :func:`~codesign.calibration._unexpressible.bridge_precision`), batch and
     every parallel degree (the row's own figures)."""
-    from codesign.calibration._bridge import bridge_key
-    from codesign.calibration._unexpressible import bridge_precision
-
     hw, par, mod = row["hardware"], row["parallel"], row["model"]
     _, gpu, _, variant = bridge_key(row)
     prec = bridge_precision(row, variant, gpu, [])
@@ -82,9 +82,9 @@ def contradictions(rows: list[dict], ratio: float = CONTRADICTION_RATIO) -> dict
     """Rows that contradict another row of the data set: ``{id: reason}``.
 
     Two Megatron-Bridge rows of the same system, GPU count, model, sequence length, precision
-    family, global and micro-batch and parallel degrees (two container releases of one recipe)
-    and precision recipe whose measured step times differ by more than ``ratio``.  A deterministic model of the
-    hardware gives both the same prediction, so no such model can put both within
+    recipe, global and micro-batch and parallel degrees (two container releases of one
+    recipe) whose measured step times differ by more than ``ratio``.  A deterministic model of
+    the hardware gives both the same prediction, so no such model can put both within
     ``(ratio - 1) / (ratio + 1)`` of their measurements (20 % at 1.5x): one of the two
     measured a software regression or a different run than the page says.  Both rows of the
     pair are kept out of every fit and reported apart, so that which one is kept does not
@@ -93,8 +93,6 @@ def contradictions(rows: list[dict], ratio: float = CONTRADICTION_RATIO) -> dict
     differ 1.9x, but in different recipes, FP8 current scaling and MXFP8: not a
     contradiction.)
     """
-    from codesign.calibration._rows import is_bridge_row
-
     groups: dict[tuple, list[tuple[str, float]]] = {}
     for row in rows:
         if not is_bridge_row(row):
@@ -108,7 +106,8 @@ def contradictions(rows: list[dict], ratio: float = CONTRADICTION_RATIO) -> dict
             for b, tb in members:
                 if a != b and max(ta, tb) / min(ta, tb) > ratio:
                     out[a] = (
-                        f"{CONTRADICTED}: {b} has the same system, model, batch and layout and "
+                        f"{CONTRADICTED}: {b} has the same system, model, precision recipe, batch "
+                        "and layout and "
                         f"measured {tb:.2f} s against {ta:.2f} s ({max(ta, tb) / min(ta, tb):.2f}x)"
                     )
     return out

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from codesign.calibration._dataset import CONTRADICTED, is_zero3_exclusion
+from codesign.calibration._dataset import CONTRADICTED, CONTRADICTION_RATIO, is_zero3_exclusion
 from codesign.calibration._source_findings import (
     DgxcFinding,
     KorthikantiFinding,
@@ -176,13 +176,15 @@ class ContradictionFinding:
             f"({100.0 * (a - m) / m:+.1f} %)"
             for rid, m, a in self.rows
         ]
+        r = CONTRADICTION_RATIO
         return (
             f"{len(self.rows)} Megatron-Bridge rows contradict another row of the same system, "
-            "model, precision recipe, batch and layout (two container releases of one recipe whose measured step "
-            "times differ by more than 1.5x; see codesign.calibration.contradictions).  A "
-            "deterministic model gives both rows of a pair the same prediction, so no such "
-            "model puts both within 20 % of their measurements; both rows are kept out of every "
-            "fit and reported apart (group 'Bridge contradicted'): "
+            "model, precision recipe, batch and layout (two container releases of one recipe "
+            f"whose measured step times differ by more than {r:g}x; see "
+            "codesign.calibration.contradictions).  A deterministic model gives both rows of a "
+            "pair the same prediction, so no such model puts both within "
+            f"{100 * (r - 1) / (r + 1):.0f} % of their measurements; both rows are kept out of "
+            "every fit and reported apart (group 'Bridge contradicted'): "
             + "; ".join(parts)
             + ".  Later releases alternate the same way (external, not fitted: on 16 H100 at "
             "PP 2, VP 12, micro-batch 1 the Megatron-Bridge 26.02 page gives 5,113 "

@@ -19,6 +19,7 @@ Measured step time, in this order of preference (:func:`measured_step_time`):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -40,6 +41,7 @@ __all__ = [
     "Unexpressible",
     "bridge_precision",
     "bridge_step_time",
+    "calibrated_row_config",
     "data_notes",
     "is_bridge_row",
     "load_all_rows",
@@ -505,6 +507,23 @@ def row_to_config(row: dict, microbatch: int | None = None, recipe_facts: bool =
     except SpecError as e:
         return None, str(e)
     return cfg, "; ".join(notes)
+
+
+def calibrated_row_config(row: dict):
+    """``(RunConfig, notes)`` of a row as :func:`row_to_config` maps it (with its ran-means-fits
+    recomputation, if assumed), but with the calibrated efficiency preset of its accelerator and
+    software stack instead of the mapping's uncalibrated defaults: a prediction as a user would
+    make it; ``(None, reason)`` when the row is not expressible."""
+    mapped, notes = row_to_config(row)
+    if mapped is None:
+        return None, notes
+    try:
+        doc, _ = row_to_doc(row)
+        eff = {k: v for k, v in doc["efficiency"].items() if k != "preset"}
+        cfg = load_run_dict({**doc, "efficiency": eff})
+    except (Unexpressible, SpecError) as e:
+        return None, str(e)
+    return dataclasses.replace(cfg, strategy=mapped.strategy), notes
 
 
 RAN_MEANS_FITS = (

@@ -13,9 +13,11 @@ from codesign.calibration._stats import (
     FamilyStats,
     KorthikantiTable,
     Zero3Row,
+    error_pct,
     fitted_values,
     held_out_summary,
     pool_entries,
+    split_of_kind,
     target_for,
 )
 
@@ -402,7 +404,7 @@ def frontier_rows(res: dict) -> list[list[str]]:
             if sp["kind"] != kind:
                 continue
             errs = [
-                abs(sp["after_s"][i] - p["measured_s"]) / p["measured_s"] * 100.0
+                abs(error_pct(sp["after_s"][i], p["measured_s"]))
                 for i, p in enumerate(pts)
                 if sp["held"][i] and p["excluded"] is None and sel(p)
             ]
@@ -423,13 +425,11 @@ def frontier_rows(res: dict) -> list[list[str]]:
                 "-" if target is None else _met(mean <= target),
             ]
         )
-    allsp = next((sp for sp in res["splits"] if sp["kind"] == "all"), None)
+    allsp = split_of_kind(res, "all")
     if allsp is not None:
         fitted = [(i, p) for i, p in enumerate(pts) if p["excluded"] is None]
         over = [
-            p["id"]
-            for i, p in fitted
-            if abs(allsp["after_s"][i] - p["measured_s"]) / p["measured_s"] > 0.25
+            p["id"] for i, p in fitted if abs(error_pct(allsp["after_s"][i], p["measured_s"])) > 25
         ]
         out.append(
             [
