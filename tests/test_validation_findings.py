@@ -239,7 +239,7 @@ def test_contradicted_rows_are_reported_apart(res, facts):
 
     c = facts.contradicted
     ids = [p["id"] for p in res["points"] if str(p["excluded"] or "").startswith(CONTRADICTED)]
-    assert [r[0] for r in c.rows] == ids and len(ids) == 2
+    assert [r[0] for r in c.rows] == ids and len(ids) == 4
     allsp = _split(res, "all")
     for rid, meas, after in c.rows:
         i = next(k for k, p in enumerate(res["points"]) if p["id"] == rid)

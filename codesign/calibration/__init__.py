@@ -19,7 +19,7 @@ Example:
     (8, 'megatron')
 """
 
-from codesign.calibration._dataset import build_dataset
+from codesign.calibration._dataset import build_dataset, contradictions, precision_family
 from codesign.calibration._findings import Findings, compute_findings, findings
 from codesign.calibration._fit import Calibration, calibrate, predict_step_times
 from codesign.calibration._plot import parity_figure
@@ -44,6 +44,7 @@ __all__ = [
     "ablation_summary",
     "build_dataset",
     "calibrate",
+    "contradictions",
     "compute_findings",
     "data_notes",
     "efficiency_toml",
@@ -52,6 +53,7 @@ __all__ = [
     "load_all_rows",
     "load_rows",
     "parity_figure",
+    "precision_family",
     "predict_step_times",
     "render_markdown",
     "row_to_config",

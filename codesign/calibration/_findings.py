@@ -179,7 +179,7 @@ class ContradictionFinding:
         r = CONTRADICTION_RATIO
         return (
             f"{len(self.rows)} Megatron-Bridge rows contradict another row of the same system, "
-            "model, precision recipe, batch and layout (two container releases of one recipe "
+            "model, number format, batch and layout (two container releases of one recipe "
             f"whose measured step times differ by more than {r:g}x; see "
             "codesign.calibration.contradictions).  A deterministic model gives both rows of a "
             "pair the same prediction, so no such model puts both within "
