@@ -77,3 +77,29 @@ def test_validate_end_to_end_on_a_few_rows(tmp_path, capsys):
     md = (out / "validation.md").read_text()
     assert f"from `{data}`" in md and "## What remains short of the targets" in md
     assert (out / "parity.png").stat().st_size > 0
+
+
+def test_stored_ablation_is_checked_against_the_report_data():
+    """A reused ``ablation.json`` is labelled with the data it was fitted on: the report says
+    "same data" only when the fingerprint of its fitted rows (ids and measured times) matches,
+    and flags the table as stale otherwise."""
+    from codesign.calibration._report import _stored_ablation_note
+    from codesign.calibration._validate import data_fingerprint
+
+    res = {
+        "points": [
+            {"id": "a", "measured_s": 1.0, "excluded": None},
+            {"id": "b", "measured_s": 2.0, "excluded": None},
+            {"id": "z", "measured_s": 9.0, "excluded": "ZeRO-3"},
+        ]
+    }
+    fp = data_fingerprint(res)
+    assert fp.startswith("2 fitted rows, ")
+    same = {"set": {"data": fp}}
+    assert "on the same data" in _stored_ablation_note(res, same, True)
+    assert _stored_ablation_note(res, same, False) == ""
+    moved = {"points": [{**res["points"][0], "measured_s": 1.5}, *res["points"][1:]]}
+    assert data_fingerprint(moved) != fp
+    note = _stored_ablation_note(moved, same, True)
+    assert "Stale" in note and fp in note
+    assert "not recorded" in _stored_ablation_note(res, {"set": {}}, True)

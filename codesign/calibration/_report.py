@@ -265,11 +265,7 @@ def render_markdown(
             "random split's held-out error (in-distribution cross-validation) and on being "
             "interpretable; the source- and generation-held-out columns are shown for information "
             "(they were seen when comparing sets, so they are not blind test figures)."
-            + (
-                "  (Read from `ablation.json` of an earlier `--ablation` run with the same data.)"
-                if ablation_stored
-                else ""
-            ),
+            + _stored_ablation_note(res, ablation, ablation_stored),
             "",
             md_table(ABLATION_HEAD, ablation_rows(ablation)),
             "",
@@ -302,3 +298,23 @@ def render_markdown(
         "",
     ]
     return "\n".join(parts)
+
+
+def _stored_ablation_note(res: dict, ablation: dict, stored: bool) -> str:
+    """Where a reused ``ablation.json`` came from: the same data as this report (its data
+    fingerprint matches) or other data (then the table is flagged as stale)."""
+    if not stored:
+        return ""
+    from codesign.calibration._validate import data_fingerprint
+
+    now = data_fingerprint(res)
+    then = {c.get("data") for c in ablation.values() if isinstance(c, dict)}
+    if then == {now}:
+        return (
+            f"  (Read from `ablation.json` of an earlier `--ablation` run on the same data: {now}.)"
+        )
+    was = ", ".join(sorted(str(t) for t in then if t)) or "not recorded"
+    return (
+        "  **Stale:** read from `ablation.json` of an earlier `--ablation` run on other data "
+        f"(then: {was}; now: {now}); rerun `codesign validate --ablation` to refresh it."
+    )

@@ -10,6 +10,9 @@ it for the candidate parameter sets of :data:`ABLATION_SETS`.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import numpy as np
 
 from codesign.calibration._dataset import build_dataset, make_splits, source_weights
@@ -214,6 +217,8 @@ ABLATION_SETS = {
     "+ recompute_factor per stack (chosen)": (DEFAULT_PARAMS, {}),
     "chosen, tier efficiency per fabric": (DEFAULT_PARAMS, {"tier_efficiency": "fabric"}),
     "chosen, backward_factor per stack": (DEFAULT_PARAMS, {"backward_factor": "shared+stack"}),
+    "chosen, gemm_half_dim per generation": (DEFAULT_PARAMS, {"gemm_half_dim": "generation"}),
+    "chosen, ep_overlap_eff per stack": (DEFAULT_PARAMS, {"ep_overlap_eff": "shared+stack"}),
     "chosen + elementwise_traffic, optimizer_bytes_per_param per stack": (
         DEFAULT_PARAMS + ("elementwise_traffic", "optimizer_bytes_per_param"),
         {"elementwise_traffic": "shared+stack", "optimizer_bytes_per_param": "shared+stack"},
@@ -261,7 +266,19 @@ def ablation_summary(ablation: dict) -> dict:
                 for k, v in res.items()
                 if k not in ("points", "splits", "ranges", "skipped", "_dataset")
             },
+            "data": data_fingerprint(res),
             "splits": [{k: sp[k] for k in keep if k in sp} for sp in res["splits"]],
         }
         for name, res in ablation.items()
     }
+
+
+def data_fingerprint(res: dict) -> str:
+    """``"<n> fitted rows, <sha256 prefix>"`` of a validation result's fittable rows (their ids
+    and measured step times): two results with the same fingerprint were fitted on the same
+    data, so a stored ablation can be checked against the data of the report that reuses it."""
+    fit = sorted(
+        (p["id"], round(float(p["measured_s"]), 6)) for p in res["points"] if not p.get("excluded")
+    )
+    digest = hashlib.sha256(json.dumps(fit).encode()).hexdigest()[:16]
+    return f"{len(fit)} fitted rows, {digest}"
