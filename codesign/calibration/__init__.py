@@ -19,7 +19,7 @@ Example:
     (8, 'megatron')
 """
 
-from codesign.calibration._dataset import build_dataset, contradictions, precision_family
+from codesign.calibration._dataset import build_dataset, contradictions
 from codesign.calibration._findings import Findings, compute_findings, findings
 from codesign.calibration._fit import Calibration, calibrate, predict_step_times
 from codesign.calibration._plot import parity_figure
@@ -53,7 +53,6 @@ __all__ = [
     "load_all_rows",
     "load_rows",
     "parity_figure",
-    "precision_family",
     "predict_step_times",
     "render_markdown",
     "row_to_config",

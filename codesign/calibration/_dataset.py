@@ -20,6 +20,7 @@ from codesign.calibration._rows import (
     source_short,
 )
 from codesign.calibration._unexpressible import bridge_precision
+from codesign.specs import precision_family
 
 __all__ = [
     "SOURCES",
@@ -28,7 +29,6 @@ __all__ = [
     "fit_exclusion",
     "is_zero3_exclusion",
     "make_splits",
-    "precision_family",
     "source_weights",
 ]
 
@@ -39,7 +39,7 @@ SOURCES = ("SC21", "Korthikanti", "DGXC", "MosaicML", "Bridge")
 ZERO3_EXCLUSION = "DeepSpeed ZeRO-3 (SC21 Table 2): structure the model cannot express (see report)"
 CONTRADICTED = "contradicted by another row"
 CONTRADICTION_RATIO = 1.5
-"""Two rows of the same system, model, precision recipe, layout and batch whose throughputs
+"""Two rows of the same system, model, number format, layout and batch whose throughputs
 differ by more than this factor contradict each other (see :func:`contradictions`)."""
 
 
@@ -60,31 +60,11 @@ def fit_exclusion(row: dict) -> str | None:
     return None
 
 
-def precision_family(precision: str) -> str:
-    """The number format a precision recipe computes its GEMMs in: ``"fp8"`` for every FP8
-    scaling recipe (delayed, current, MXFP8 block scaling), ``"fp4"`` for NVFP4/MXFP4, the
-    name itself otherwise.
-
-    The scaling recipes of one format differ in their quantization kernels and scale
-    factors, a few per cent of a step (the model's own FP8 variants, ``codesign.compute``), not
-    a factor: on 8 GB200 the two releases of Qwen3-30B-A3B (FP8 current scaling in 25.09,
-    MXFP8 in 25.11, same layout) measured 22,775 and 23,766 tokens/s/GPU.
-
-    >>> precision_family("mxfp8"), precision_family("nvfp4"), precision_family("bf16")
-    ('fp8', 'fp4', 'bf16')
-    """
-    p = str(precision)
-    if p.startswith("fp8") or p == "mxfp8":
-        return "fp8"
-    if p in ("fp4", "nvfp4", "mxfp4"):
-        return "fp4"
-    return p
-
-
 def _layout_key(row: dict) -> tuple:
     """What fixes a run's step time but the software release: system, GPU count, model,
-    sequence, precision family (:func:`precision_family`), batch and every parallel degree
-    (the row's own figures)."""
+    sequence, number format (:func:`codesign.specs.precision_family` of the recipe as mapped:
+    every FP8 scaling recipe is ``fp8``), batch and every parallel degree (the row's own
+    figures)."""
     hw, par, mod = row["hardware"], row["parallel"], row["model"]
     _, gpu, _, variant = bridge_key(row)
     prec = bridge_precision(row, variant, gpu, [])
@@ -103,7 +83,8 @@ def contradictions(rows: list[dict], ratio: float = CONTRADICTION_RATIO) -> dict
     """Rows that contradict another row of the data set: ``{id: reason}``.
 
     Two Megatron-Bridge rows of the same system, GPU count, model, sequence length, number
-    format (:func:`precision_family`: FP8 scaling recipes are one), global and micro-batch and
+    format (:func:`codesign.specs.precision_family`: the FP8 scaling recipes differ by a few
+    per cent of a step, not by a factor, so they are one), global and micro-batch and
     parallel degrees (two container releases of one recipe) whose measured step times differ
     by more than ``ratio``.  A deterministic model of
     the hardware gives both the same prediction, so no such model can put both within

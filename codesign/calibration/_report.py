@@ -42,6 +42,7 @@ from codesign.calibration._tables import (
     values_rows,
     zero3_table_rows,
 )
+from codesign.calibration._validate import data_fingerprint
 
 __all__ = ["CALIBRATION_NOTES", "DATA_NAME", "format_text", "render_markdown"]
 
@@ -305,8 +306,6 @@ def _stored_ablation_note(res: dict, ablation: dict, stored: bool) -> str:
     fingerprint matches) or other data (then the table is flagged as stale)."""
     if not stored:
         return ""
-    from codesign.calibration._validate import data_fingerprint
-
     now = data_fingerprint(res)
     then = {c.get("data") for c in ablation.values() if isinstance(c, dict)}
     if then == {now}:
