@@ -3,7 +3,8 @@
 * the command is registered with its defaults (the package's data, ``./validation-report``);
 * no module of :mod:`codesign.calibration` prints, writes files or imports the ``codesign``
   package itself; each is under 600 lines and its docstring's first line names its concept;
-* end to end on a few rows (slow): the report, plot and JSON are written where ``--out`` says.
+* end to end on a few rows (slow): the report, plot and JSON are written where ``--out`` says;
+* ablation candidates in their own processes (slow, real processes) fit as in-process ones.
 """
 
 from __future__ import annotations
@@ -103,3 +104,26 @@ def test_stored_ablation_is_checked_against_the_report_data():
     note = _stored_ablation_note(moved, same, True)
     assert "Stale" in note and fp in note
     assert "not recorded" in _stored_ablation_note(res, {"set": {}}, True)
+
+
+@pytest.mark.slow
+def test_ablation_candidates_run_in_their_own_processes():
+    """``run_ablation(processes=True)`` (what ``--ablation`` uses) fits each candidate in a
+    fresh spawned interpreter, with real processes: the child's fit equals the in-process
+    one, and a child's Python error reaches the caller as itself."""
+    from codesign.calibration._validate import run_ablation
+
+    rows = [r for r in calibration.load_rows() if r["id"].startswith("korthikanti")][:4]
+    sets = {"gemm_max": (("gemm_max",), {})}
+    kw = dict(rows=rows, sets=sets, steps=3, random_splits=0, splits=["all"])
+    seen = []
+    child = run_ablation(processes=True, progress=seen.append, **kw)
+    here = run_ablation(processes=False, **kw)
+    assert seen == ["ablation: gemm_max (own process)"]
+    a, b = child["gemm_max"]["splits"], here["gemm_max"]["splits"]
+    assert [s["kind"] for s in a] == ["all"]
+    assert a[0]["values"]["gemm_max"] == pytest.approx(b[0]["values"]["gemm_max"], rel=1e-9)
+    assert a[0]["after_s"] == pytest.approx(b[0]["after_s"], rel=1e-9)
+    assert child["gemm_max"]["points"] == here["gemm_max"]["points"]
+    with pytest.raises(AttributeError, match="no_such_param"):  # raised in the child
+        run_ablation(processes=True, **{**kw, "sets": {"bad": (("no_such_param",), {})}})

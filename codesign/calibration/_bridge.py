@@ -218,7 +218,7 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
         "cp": cp,
         "ep": ep,
         "etp": int(val.get("etp", 0)) if moe else 0,
-        "microbatch": int(par["microbatch"]),
+        "microbatch": int(val.get("microbatch", par["microbatch"])),
         "interleave": interleave,
         "sequence_parallel": tp > 1,
         "recompute": val.get("recompute", "none"),
@@ -233,6 +233,11 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
         "pp_embedding_in_split": False,
         "pp_loss_in_split": False,
     }
+    if strategy["microbatch"] != int(par["microbatch"]):
+        notes.append(
+            f"micro-batch {strategy['microbatch']} from the recipe (the page prints "
+            f"{par['microbatch']}, inconsistent with its GA and GBS)"
+        )
     if "recompute_modules" in val:
         strategy["recompute_modules"] = list(val["recompute_modules"])
     if "recompute_num_layers" in val:

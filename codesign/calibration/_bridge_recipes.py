@@ -239,6 +239,13 @@ def _gptoss(gpu: str) -> dict:
         "overlap_tp": _assumed(False, "tp = 1 in every GPT-OSS row"),
         "token_drop": _f(False, f"{_pre11('gpt_oss')}: force load balancing, dropless"),
     }
+    if gpu == "h100":
+        facts["microbatch"] = _f(
+            1,
+            f"{src}: GPT_OSS_120B_H100_BF16_BASE_CONFIG keeps the base micro_batch_size 1 "
+            "(the page's MBS 4 and GA 2 are the B200 line's: at dp 16 they give GBS 128, "
+            "not 512)",
+        )
     if mods:
         facts["recompute"] = _f(
             "selective",
@@ -270,7 +277,15 @@ BRIDGE_RECIPES: dict[tuple, dict] = {
         fsdp=_f(True, f"{_Y70}: gb200 fp8_cs use_megatron_fsdp true, mbs 2"),
         offload_activations=_offload(40, 80, f"{_Y70} gb200 fp8_cs"),
     ),
-    (_L70, "gb200", "25.09", "alt"): _llama("25.09", overlap_tp=_TPO9),
+    (_L70, "gb200", "25.09", "alt"): _llama(
+        "25.09",
+        overlap_tp=_TPO9,
+        microbatch=_f(
+            1,
+            f"{_Y70}: gb200 fp8_mx mbs 1 (tp 2, pp 4, vp 5); the page's GA 16 at dp 8 and "
+            "GBS 128 also gives 1 (its MBS column repeats the main column's 2)",
+        ),
+    ),
     (_L70, "h100", "25.09", "main"): _llama("25.09", overlap_tp=_TPO9),
     (_L405, "gb200", "25.09", "main"): _llama(
         "25.09",
@@ -370,7 +385,8 @@ def recipe_facts(key: tuple) -> tuple[dict | None, tuple]:
     """``(facts, key used)``: the recipe facts of ``key`` (:data:`BRIDGE_RECIPES`) or, for a
     row of a release whose recipes were not collected (the external test set of later
     containers), those of the newest collected release of the same model on the same or the
-    most similar system (:data:`SIMILAR_GPU`), main variant."""
+    most similar system (:data:`SIMILAR_GPU`), main variant.  A borrowed recipe leaves out
+    its ``microbatch``: that fact corrects one page row, and a later page prints its own."""
     if key in BRIDGE_RECIPES:
         return BRIDGE_RECIPES[key], key
     model, gpu, _, _ = key
@@ -378,5 +394,5 @@ def recipe_facts(key: tuple) -> tuple[dict | None, tuple]:
         for c in ("25.11", "25.09"):
             k = (model, g, c, "main")
             if k in BRIDGE_RECIPES:
-                return BRIDGE_RECIPES[k], k
+                return {n: f for n, f in BRIDGE_RECIPES[k].items() if n != "microbatch"}, k
     return None, key

@@ -227,32 +227,79 @@ ABLATION_SETS = {
 """Candidate parameter sets compared by ``--ablation``: (parameters, grouping overrides)."""
 
 
+def _candidate(rows, params, grouping, settings: dict, x64: bool) -> dict:
+    """One ablation candidate's :func:`run_validation` (without ``_dataset``); the target of
+    :func:`run_ablation`'s child processes, so it sets JAX's precision itself."""
+    import jax
+
+    jax.config.update("jax_enable_x64", x64)
+    r = run_validation(rows=rows, params=params, grouping=grouping, **settings)
+    r.pop("_dataset")
+    return r
+
+
+def _candidate_in_process(rows, params, grouping, settings: dict, x64: bool) -> dict:
+    """:func:`_candidate` in a fresh interpreter (``spawn``): its memory, JIT caches and
+    compiled code go when it ends.  A child that dies (a signal) raises ``BrokenProcessPool``."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(_candidate, rows, params, grouping, settings, x64).result()
+
+
 def run_ablation(
-    dataset: dict,
+    dataset: dict | None = None,
     *,
+    rows: list[dict] | None = None,
     steps: int = 1500,
     seed: int = 0,
     random_splits: int = 10,
     prior: float = 1e-4,
+    splits: list[str] | None = None,
+    sets: dict | None = None,
+    processes: bool = False,
     progress=None,
 ) -> dict:
-    """``{candidate name: validation result}`` for every set of :data:`ABLATION_SETS`, each
-    fitted on every split exactly as :func:`run_validation` (results without ``_dataset``)."""
+    """``{candidate name: validation result}`` for every set of ``sets`` (default
+    :data:`ABLATION_SETS`), each fitted on every split exactly as :func:`run_validation`
+    (results without ``_dataset``).
+
+    With ``processes`` each candidate runs in a fresh process built from ``rows`` (default:
+    every data file's rows), one after the other: a long single process that fits dozens of
+    candidates accumulates compiled programs (and once crashed in XLA's CPU runtime after
+    ten minutes), while a fresh process per candidate holds one candidate's.  A child that
+    dies (a signal) is retried once in a new process; a second death raises ``RuntimeError``
+    naming the candidate.  A Python exception in a child is raised here as it is.
+    """
+    from concurrent.futures.process import BrokenProcessPool
+
+    import jax
+
     say = progress or (lambda *_: None)
+    settings = dict(steps=steps, seed=seed, random_splits=random_splits, prior=prior, splits=splits)
+    if not processes and dataset is None:
+        dataset = build_dataset(rows if rows is not None else load_all_rows())
+    x64 = bool(jax.config.jax_enable_x64)
     out = {}
-    for name, (params, grouping) in ABLATION_SETS.items():
-        say(f"ablation: {name}")
-        r = run_validation(
-            dataset=dataset,
-            params=params,
-            grouping=grouping,
-            steps=steps,
-            seed=seed,
-            random_splits=random_splits,
-            prior=prior,
-        )
-        r.pop("_dataset")
-        out[name] = r
+    for name, (params, grouping) in (ABLATION_SETS if sets is None else sets).items():
+        say(f"ablation: {name}" + (" (own process)" if processes else ""))
+        if not processes:
+            r = run_validation(dataset=dataset, params=params, grouping=grouping, **settings)
+            r.pop("_dataset")
+            out[name] = r
+            continue
+        for attempt in (1, 2):
+            try:
+                out[name] = _candidate_in_process(rows, params, grouping, settings, x64)
+                break
+            except BrokenProcessPool as exc:
+                if attempt == 2:
+                    raise RuntimeError(
+                        f"ablation candidate {name!r}: its process died twice ({exc})"
+                    ) from exc
+                say(f"ablation: {name}: the child process died; retrying once in a new one")
     return out
 
 

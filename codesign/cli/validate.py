@@ -104,7 +104,9 @@ def run(args) -> int:
         steps=args.steps, seed=args.seed, random_splits=args.random_splits, prior=args.prior
     )
     res = calibration.run_validation(dataset=ds, progress=_say, **settings)
-    ablation = calibration.run_ablation(ds, progress=_say, **settings) if args.ablation else None
+    ablation = None
+    if args.ablation:  # each candidate in its own process (see run_ablation)
+        ablation = calibration.run_ablation(rows=rows, processes=True, progress=_say, **settings)
     out_dir = Path(args.out)
     stored_ablation = False
     abl_path = out_dir / "ablation.json"
