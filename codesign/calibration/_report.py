@@ -66,7 +66,8 @@ CALIBRATION_NOTES = [
     "(fused/flash vs the unfused s x s attention of Megatron 2021-22, whose causal mask saves no "
     "FLOPs) and stack; hbm_eff per generation and stack; gemm_half_dim, dp_overlap_eff, "
     "tp_overlap_eff, backward_factor, moe_imbalance shared; recompute_factor (the time of a full "
-    "recomputation relative to the forward pass) per stack; tier_efficiency per fabric kind "
+    "recomputation relative to the forward pass) not fitted: 1, one forward pass (the ablation "
+    "below: fitting it raises the held-out error); tier_efficiency per fabric kind "
     "(scale-up NVLink, scale-out InfiniBand/RoCE).  Stacks: megatron-2021 (SC21), megatron "
     "(Korthikanti, 2022), nemo (DGXC), composer (MosaicML); the presets' top level is NeMo for H100 "
     "and Megatron (2022) for A100, `[efficiency] stack = ...` selects another.",

@@ -152,10 +152,15 @@ class KorthikantiFinding:
             + "; ".join(
                 f"{n}: measured {m:.2f}, model {p:.2f}" for n, m, p in self.recompute_ratios
             )
-            + "; the model charges full recomputation recompute_factor forward passes (fitted "
-            + ("per stack: " if len(self.recompute_factor) > 1 else "once for all stacks: ")
-            + ", ".join(f"{k.split('/')[-1]} {v:.2f}" for k, v in self.recompute_factor.items())
-            + ") with two extra TP all-reduces per layer, as Korthikanti Table 4 measures per "
+            + (
+                "; the model charges full recomputation recompute_factor forward passes (fitted "
+                + ("per stack: " if len(self.recompute_factor) > 1 else "once for all stacks: ")
+                + ", ".join(f"{k.split('/')[-1]} {v:.2f}" for k, v in self.recompute_factor.items())
+                + ")"
+                if self.recompute_factor
+                else "; the model charges full recomputation one forward pass (not fitted)"
+            )
+            + " with two extra TP all-reduces per layer, as Korthikanti Table 4 measures per "
             "layer." + bubble
         )
 
@@ -427,8 +432,10 @@ class MosaicFinding:
             + ", ".join(clauses)
             + f", and the benchmarks ran only {MOSAICML_BENCHMARK_STEPS} steps.  "
             + (
-                f"Composer's full activation checkpointing is {cheaper} one forward pass: the "
-                f"fitted recompute_factor is {fmt(rc, '.2f')} (Megatron-LM 2022: "
+                "recompute_factor is not fitted: a full recomputation costs one forward pass."
+                if rc is None
+                else f"Composer's full activation checkpointing is {cheaper} one forward pass: "
+                f"the fitted recompute_factor is {fmt(rc, '.2f')} (Megatron-LM 2022: "
                 f"{fmt(self.recompute_megatron, '.2f')}){cf}."
                 if rc != self.recompute_megatron
                 else f"One recompute_factor is fitted for all stacks ({fmt(rc, '.2f')}){cf}."

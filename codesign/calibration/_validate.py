@@ -195,7 +195,7 @@ def run_validation(
     }
 
 
-_WITHOUT_RECOMPUTE = tuple(p for p in DEFAULT_PARAMS if p != "recompute_factor")
+_WITH_RECOMPUTE = DEFAULT_PARAMS + ("recompute_factor",)
 
 ABLATION_SETS = {
     "gemm_max": (("gemm_max",), {}),
@@ -206,21 +206,33 @@ ABLATION_SETS = {
     ),
     "+ hbm_eff, gemm_half_dim": (("gemm_max", "attention_eff", "hbm_eff", "gemm_half_dim"), {}),
     "+ dp/tp overlap, tier efficiency, per generation": (
-        _WITHOUT_RECOMPUTE,
+        DEFAULT_PARAMS,
         {
             "gemm_max": "generation+precision",
             "attention_eff": "generation+attention",
             "hbm_eff": "generation",
         },
     ),
-    "+ per software stack": (_WITHOUT_RECOMPUTE, {}),
-    "+ recompute_factor per stack (chosen)": (DEFAULT_PARAMS, {}),
-    "chosen, tier efficiency per fabric": (DEFAULT_PARAMS, {"tier_efficiency": "fabric"}),
-    "chosen, backward_factor per stack": (DEFAULT_PARAMS, {"backward_factor": "shared+stack"}),
-    "chosen, gemm_half_dim per generation": (DEFAULT_PARAMS, {"gemm_half_dim": "generation"}),
-    "chosen, ep_overlap_eff per stack": (DEFAULT_PARAMS, {"ep_overlap_eff": "shared+stack"}),
-    "chosen + elementwise_traffic, optimizer_bytes_per_param per stack": (
-        DEFAULT_PARAMS + ("elementwise_traffic", "optimizer_bytes_per_param"),
+    "+ per software stack (chosen)": (DEFAULT_PARAMS, {}),
+    "chosen + recompute_factor": (_WITH_RECOMPUTE, {}),
+    "chosen + recompute_factor, tier efficiency per fabric": (
+        _WITH_RECOMPUTE,
+        {"tier_efficiency": "fabric"},
+    ),
+    "chosen + recompute_factor, backward_factor per stack": (
+        _WITH_RECOMPUTE,
+        {"backward_factor": "shared+stack"},
+    ),
+    "chosen + recompute_factor, gemm_half_dim per generation": (
+        _WITH_RECOMPUTE,
+        {"gemm_half_dim": "generation"},
+    ),
+    "chosen + recompute_factor, ep_overlap_eff per stack": (
+        _WITH_RECOMPUTE,
+        {"ep_overlap_eff": "shared+stack"},
+    ),
+    "chosen + recompute_factor, elementwise_traffic, optimizer_bytes_per_param per stack": (
+        _WITH_RECOMPUTE + ("elementwise_traffic", "optimizer_bytes_per_param"),
         {"elementwise_traffic": "shared+stack", "optimizer_bytes_per_param": "shared+stack"},
     ),
 }
@@ -268,8 +280,9 @@ def run_ablation(
 
     With ``processes`` each candidate runs in a fresh process built from ``rows`` (default:
     every data file's rows), one after the other: a long single process that fits dozens of
-    candidates accumulates compiled programs (and once crashed in XLA's CPU runtime after
-    ten minutes), while a fresh process per candidate holds one candidate's.  A child that
+    candidates accumulates compiled programs (ours died of a segmentation fault at the third
+    candidate, ten minutes in, every time), while a fresh process per candidate holds one
+    candidate's.  A child that
     dies (a signal) is retried once in a new process; a second death raises ``RuntimeError``
     naming the candidate.  A Python exception in a child is raised here as it is.
     """

@@ -90,6 +90,26 @@ SCAN = 48
 REFINE = 32
 
 
+def first_order_factor(e, reduction: float, direction: float) -> float | None:
+    """The factor ``k = (1 - reduction) ** (1 / e)`` that a constant elasticity ``e`` asks of
+    a parameter for ``reduction`` of the objective, moving it in ``direction`` (+1 up, -1
+    down); None when ``e`` is missing or zero, points the other way, or asks for a factor
+    beyond floating point (a tiny elasticity: 10 % with ``e = -1e-4`` asks for ``exp(1054)``).
+
+    >>> round(first_order_factor(-0.8, 0.1, 1.0), 4)
+    1.1408
+    >>> first_order_factor(-1e-4, 0.1, 1.0) is None, first_order_factor(0.5, 0.1, 1.0) is None
+    (True, True)
+    """
+    if e is None or abs(e) <= 1e-12:
+        return None
+    x = math.log(1.0 - reduction) / e
+    if abs(x) >= 700.0:  # exp overflows (or underflows to a meaningless 0) past ~709
+        return None
+    k = math.exp(x)
+    return k if (k > 1.0) == (direction > 0) else None
+
+
 def _directions(e_left, e_right):
     """Improving directions (+1: increase the parameter) from one-sided elasticities."""
     dirs = []
@@ -159,12 +179,7 @@ def what_it_would_take(model, objective: str, elast: dict, reduction=0.10, max_f
     for j, (i, d, smax, limit) in enumerate(plans):
         prm = model.params[i]
         el = elast[prm.name]
-        e = el.right if d > 0 else el.left
-        k1 = None
-        if e is not None and abs(e) > 1e-12:
-            k1 = math.exp(math.log(1.0 - reduction) / e)
-            if (k1 > 1.0) != (d > 0):
-                k1 = None
+        k1 = first_order_factor(el.right if d > 0 else el.left, reduction, d)
         b = int(np.argmin(vals[j]))
         best_red = 1.0 - float(vals[j][b]) / f0 if f0 > 0 else 0.0
         reach = bool(np.isfinite(hi[j]))
