@@ -403,12 +403,6 @@ class MosaicFinding:
                 f"a few runs sit at the memory limit ({model} at {seq // 1024}k tokens on "
                 f"{gpus} GPUs, {how})"
             )
-        rc = self.recompute_composer
-        cheaper = (
-            "cheaper than"
-            if rc is not None and rc < 1
-            else ("costlier than" if rc is not None and rc > 1 else "as costly as")
-        )
         cf = ""
         if self.counterfactual is not None:
             c = self.counterfactual
@@ -431,17 +425,25 @@ class MosaicFinding:
             + "): "
             + ", ".join(clauses)
             + f", and the benchmarks ran only {MOSAICML_BENCHMARK_STEPS} steps.  "
-            + (
-                "recompute_factor is not fitted: a full recomputation costs one forward pass."
-                if rc is None
-                else f"Composer's full activation checkpointing is {cheaper} one forward pass: "
-                f"the fitted recompute_factor is {fmt(rc, '.2f')} (Megatron-LM 2022: "
-                f"{fmt(self.recompute_megatron, '.2f')}){cf}."
-                if rc != self.recompute_megatron
-                else f"One recompute_factor is fitted for all stacks ({fmt(rc, '.2f')}){cf}."
-            )
+            + self._recompute_sentence(cf)
             + "  Held out as a source, Composer has no "
             "rows of its own and borrows the Megatron/NeMo values, which describe faster software."
+        )
+
+    def _recompute_sentence(self, counterfactual: str) -> str:
+        """What the fit says of a full recomputation's cost (``recompute_factor``)."""
+        rc = self.recompute_composer
+        if rc is None:
+            return "recompute_factor is not fitted: a full recomputation costs one forward pass."
+        if rc == self.recompute_megatron:
+            return (
+                f"One recompute_factor is fitted for all stacks ({fmt(rc, '.2f')}){counterfactual}."
+            )
+        cheaper = "cheaper than" if rc < 1 else ("costlier than" if rc > 1 else "as costly as")
+        return (
+            f"Composer's full activation checkpointing is {cheaper} one forward pass: the fitted "
+            f"recompute_factor is {fmt(rc, '.2f')} (Megatron-LM 2022: "
+            f"{fmt(self.recompute_megatron, '.2f')}){counterfactual}."
         )
 
 

@@ -239,13 +239,14 @@ ABLATION_SETS = {
 """Candidate parameter sets compared by ``--ablation``: (parameters, grouping overrides)."""
 
 
-def _candidate(rows, params, grouping, settings: dict, x64: bool) -> dict:
-    """One ablation candidate's :func:`run_validation` (without ``_dataset``); the target of
-    :func:`run_ablation`'s child processes, so it sets JAX's precision itself."""
+def _candidate(params, grouping, settings: dict, x64: bool, rows=None, dataset=None) -> dict:
+    """One ablation candidate's :func:`run_validation` (without ``_dataset``), on ``dataset``
+    or on ``rows`` mapped here; also the target of :func:`run_ablation`'s child processes,
+    so it sets JAX's precision itself."""
     import jax
 
     jax.config.update("jax_enable_x64", x64)
-    r = run_validation(rows=rows, params=params, grouping=grouping, **settings)
+    r = run_validation(rows=rows, dataset=dataset, params=params, grouping=grouping, **settings)
     r.pop("_dataset")
     return r
 
@@ -258,7 +259,7 @@ def _candidate_in_process(rows, params, grouping, settings: dict, x64: bool) -> 
 
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        return pool.submit(_candidate, rows, params, grouping, settings, x64).result()
+        return pool.submit(_candidate, params, grouping, settings, x64, rows).result()
 
 
 def run_ablation(
@@ -282,9 +283,9 @@ def run_ablation(
     every data file's rows), one after the other: a long single process that fits dozens of
     candidates accumulates compiled programs (ours died of a segmentation fault at the third
     candidate, ten minutes in, every time), while a fresh process per candidate holds one
-    candidate's.  A child that
-    dies (a signal) is retried once in a new process; a second death raises ``RuntimeError``
-    naming the candidate.  A Python exception in a child is raised here as it is.
+    candidate's.  A child that dies (a signal) is retried once in a new process; a second
+    death raises ``RuntimeError`` naming the candidate.  A Python exception in a child is
+    raised here as it is.
     """
     from concurrent.futures.process import BrokenProcessPool
 
@@ -299,9 +300,7 @@ def run_ablation(
     for name, (params, grouping) in (ABLATION_SETS if sets is None else sets).items():
         say(f"ablation: {name}" + (" (own process)" if processes else ""))
         if not processes:
-            r = run_validation(dataset=dataset, params=params, grouping=grouping, **settings)
-            r.pop("_dataset")
-            out[name] = r
+            out[name] = _candidate(params, grouping, settings, x64, dataset=dataset)
             continue
         for attempt in (1, 2):
             try:
