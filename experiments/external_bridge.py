@@ -11,11 +11,11 @@ own data.
 
 Each row is mapped like a fitted Megatron-Bridge row (:func:`codesign.calibration._bridge.bridge_row_to_doc`):
 the page gives the parallel degrees, batch, precision and throughput; the recipe settings
-(recomputation, offload, MoE dispatcher, overlap, pipeline layout) of these releases were not
-collected, so each row borrows those of the newest collected release of the same model on the
-same or the most similar system (:func:`codesign.calibration._bridge.recipe_facts`), and says
-so.  B300 rows use the B200 recipes.  Models outside the fitted set (Nemotron 3, Kimi K2) and
-SFT/LoRA tables are left out.
+(recomputation, offload, FSDP, MoE dispatcher and A2A overlap, TP overlap, pipeline layout)
+come from each release's own recipe files (``codesign/calibration/_bridge_recipes26.py``:
+releases v0.3.0 to v0.6.0 of Megatron-Bridge, each fact with its file and commit), per
+precision where the rows of one system ran different configs.  Models outside the fitted set
+(Nemotron 3, Kimi K2) and SFT/LoRA tables are left out.
 
 Usage::
 
@@ -215,10 +215,12 @@ def markdown(recs: list[dict], seconds: float) -> str:
         f"26.08 NeMo containers, parsed from the Megatron-Bridge performance pages at {COMMIT[:9]}: "
         f"[current]({URL}performance-summary.md), [archive]({URL}performance-summary-archive.md)). "
         "**Never fitted**: every prediction uses the shipped presets (stack `bridge`, fitted on "
-        "the 25.09 and 25.11 rows only).  Recipe settings these releases changed are not known "
-        "to the mapping (each row borrows the newest collected recipe of its model and system, "
-        "noted per row), so this measures how well the model predicts a *later software "
-        "release* from the layout alone.",
+        "the 25.09 and 25.11 rows only).  Each row's recipe settings are read from its own "
+        "release's recipe files (`codesign/calibration/_bridge_recipes26.py`, v0.3.0 to "
+        "v0.6.0), so this measures how well the model predicts a *later software release* "
+        "from its layout and recipe; what those releases made faster without a setting the "
+        "model has (fused kernels, full-iteration CUDA graphs, FP8 attention) is not known "
+        "to it.",
         "",
         "Error = (predicted - measured) / measured of the step time; negative = the model is "
         "too fast.",
@@ -244,10 +246,7 @@ def markdown(recs: list[dict], seconds: float) -> str:
         "",
         "GPT-OSS 120B: the page itself says (26.06.01 footnote) that its pre-training has a "
         "known performance regression (cuDNN frontend issue 256, the attention-sink kernel), "
-        "to be fixed in a later container.  Rows whose recipe changed with the layout (e.g. "
-        "an expert-parallel group across nodes, where later recipes overlap the dispatch) "
-        "borrow settings that do not fit them: their errors say more about the borrowed "
-        "recipe than about the hardware model.",
+        "to be fixed in a later container.",
         "",
         "| row | model | measured s | predicted s | error % | fits | notes |",
         "|---|---|---|---|---|---|---|",

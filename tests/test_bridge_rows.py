@@ -161,17 +161,57 @@ def test_contradicted_pairs_are_found_by_rule():
 def test_later_releases_borrow_the_newest_recipe():
     from codesign.calibration._bridge import recipe_facts
 
-    facts, used = recipe_facts(("qwen3_30b_a3b", "b300", "26.02", "main"))
+    # a release whose recipes were not collected borrows the newest fitted one
+    facts, used = recipe_facts(("qwen3_30b_a3b", "b300", "26.10", "main"))
     assert used == ("qwen3_30b_a3b", "b200", "25.11", "main")
     assert facts == BRIDGE_RECIPES[used]
     # a page-row correction (micro-batch) stays with its row
-    facts, used = recipe_facts(("gpt_oss_120b", "h100", "26.02", "main"))
+    facts, used = recipe_facts(("gpt_oss_120b", "h100", "26.10", "main"))
     assert used == ("gpt_oss_120b", "h100", "25.11", "main")
     assert "microbatch" in BRIDGE_RECIPES[used] and "microbatch" not in facts
     assert facts["recompute_modules"] == BRIDGE_RECIPES[used]["recompute_modules"]
     key = ("llama3_8b", "gb200", "25.09", "alt")
     assert recipe_facts(key) == (BRIDGE_RECIPES[key], key)
     assert recipe_facts(("kimi_k2", "gb300", "26.02", "main"))[0] is None
+
+
+def test_2026_recipes_are_read_per_release():
+    """The external rows' releases have their own recipe facts, each naming its release."""
+    from codesign.calibration._bridge import recipe_facts
+    from codesign.calibration._bridge_recipes26 import BRIDGE_RECIPES_26, RELEASES_26
+
+    assert not set(BRIDGE_RECIPES_26) & set(BRIDGE_RECIPES)
+    for key, facts in BRIDGE_RECIPES_26.items():
+        tag, sha = RELEASES_26[key[2]]
+        assert recipe_facts(key) == (facts, key)
+        for name, fact in facts.items():
+            assert f"{tag}@{sha}" in fact["source"], (key, name)
+    # settings that changed after the fitted releases
+    ds = BRIDGE_RECIPES_26[("deepseek_v3", "b200", "26.04.01", "main")]
+    assert ds["moe_hierarchical_dispatch"]["value"] and ds["overlap_moe_comm"]["value"]
+    assert not BRIDGE_RECIPES[("deepseek_v3", "b200", "25.11", "main")]["overlap_moe_comm"]["value"]
+    assert (
+        BRIDGE_RECIPES_26[("deepseek_v3", "gb300", "26.06", "main")]["recompute"]["value"] == "none"
+    )
+
+
+def test_2026_recipe_facts_per_precision():
+    """One system's Llama rows ran different configs per precision: FSDP with CPU offload in
+    FP8 (fp8_cs), pipeline parallel without offload in MXFP8."""
+    from pathlib import Path
+
+    path = (
+        Path(__file__).resolve().parents[1] / "experiments/data/megatron_bridge_2026_external.json"
+    )
+    by_id = {r["id"]: r for r in load_rows(path)}
+    doc, notes = row_to_doc(by_id["mbridge_26.04_DGX-GB300_LLAMA3_70B_64gpu_FP8"])
+    assert doc["strategy"]["zero"] == 3
+    assert doc["strategy"]["offload_activations"] == pytest.approx(20 / 80)
+    assert any(n.startswith("recipe facts for FP8") for n in notes)
+    doc, _ = row_to_doc(by_id["mbridge_26.04_DGX-GB300_LLAMA3_70B_64gpu_MXFP8"])
+    assert doc["strategy"]["zero"] == 1 and doc["strategy"]["offload_activations"] == 0.0
+    doc, _ = row_to_doc(by_id["mbridge_26.04_DGX-GB300_LLAMA3_70B_64gpu_NVFP4"])
+    assert doc["strategy"]["overlap_tp"] is False
 
 
 def test_external_test_set_rows_load():
@@ -189,6 +229,6 @@ def test_external_test_set_rows_load():
         doc, notes = row_to_doc(row)
         cfg = load_run_dict(doc)
         assert int(cfg.strategy.ep) == (row["parallel"]["ep"] or 1)
-        assert any("ASSUMED" in n for n in notes)
+        assert not any(n.startswith("recipe facts of") for n in notes), notes  # none borrowed
         t, _ = measured_step_time(row)
         assert t > 0

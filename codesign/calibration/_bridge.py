@@ -146,6 +146,15 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
     if used != key:
         notes.append(f"recipe facts of {used} ASSUMED (none collected for {key})")
     val = {k: v["value"] for k, v in facts.items()}
+    # A key whose rows ran different configs per precision (the 2026 Llama rows): the facts
+    # are the majority config's, ``by_precision`` overrides them for the others.
+    own = val.pop("by_precision", {}).get(str(par.get("precision")), {})
+    if own:
+        val.update(own)
+        notes.append(
+            f"recipe facts for {par.get('precision')}: "
+            + ", ".join(f"{k} {v!r}" for k, v in own.items())
+        )
     arch = BRIDGE_ARCH[model_key]
     n = int(hw["num_gpus"])
     layers = int(mod["layers"])

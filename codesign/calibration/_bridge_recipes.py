@@ -8,14 +8,25 @@ uncollected release the newest collected recipe of the same model and system.
 
 Sources: github.com/NVIDIA-NeMo/Megatron-Bridge branch r0.1.0 (25.09 page) at 684a686 (and
 8d5764f, 2025-09-26, for two configs changed before the page) and branch r0.2.0 (25.11 page,
-2025-12-09) at 0465189.
+2025-12-09) at 0465189.  The 2026 releases (the external test set, never fitted) are in
+:mod:`codesign.calibration._bridge_recipes26`.
 """
 
 from __future__ import annotations
 
-__all__ = ["BRIDGE_RECIPES", "MB", "SIMILAR_GPU", "deepseek_stage_layers", "recipe_facts"]
+from codesign.calibration._bridge_recipes26 import BRIDGE_RECIPES_26
+from codesign.calibration._recipe_source import MB
+from codesign.calibration._recipe_source import assumed as _assumed
+from codesign.calibration._recipe_source import fact as _f
 
-MB = "NVIDIA-NeMo/Megatron-Bridge"
+__all__ = [
+    "BRIDGE_RECIPES",
+    "BRIDGE_RECIPES_26",
+    "MB",
+    "SIMILAR_GPU",
+    "deepseek_stage_layers",
+    "recipe_facts",
+]
 R09 = f"{MB} r0.1.0@684a686"
 R09E = f"{MB} r0.1.0@8d5764f"
 R11 = f"{MB} r0.2.0@0465189"
@@ -36,14 +47,6 @@ def _base11(model: str) -> str:
 
 def _pre11(model: str) -> str:
     return f"{R11} scripts/performance/configs/{model}/{model}_llm_pretrain.py"
-
-
-def _f(value, source: str) -> dict:
-    return {"value": value, "source": source}
-
-
-def _assumed(value, what: str) -> dict:
-    return {"value": value, "source": f"not found: ASSUMED Megatron-Core default ({what})"}
 
 
 # --- per-model common facts -------------------------------------------------------------
@@ -96,6 +99,7 @@ _DS_LAYOUT_CHUNKS = {
     (8, 2): [4] * 15 + [1],
     (4, 4): [4] * 15 + [1],
     (8, 4): [1] + [2] * 30 + [0],  # the H100 string "Et|(tt|)*30mL"
+    (2, 8): [4] * 15 + [1],  # the 26.x GB300 string "Et*4|(t*4|)*14tmL" (_bridge_recipes26)
 }
 """Decoder layers per virtual chunk (chunk c on stage c % pp); embedding in chunk 0, MTP and
 loss in the last chunk."""
@@ -382,13 +386,15 @@ generation, other form factor or Blackwell / Blackwell Ultra)."""
 
 
 def recipe_facts(key: tuple) -> tuple[dict | None, tuple]:
-    """``(facts, key used)``: the recipe facts of ``key`` (:data:`BRIDGE_RECIPES`) or, for a
-    row of a release whose recipes were not collected (the external test set of later
-    containers), those of the newest collected release of the same model on the same or the
-    most similar system (:data:`SIMILAR_GPU`), main variant.  A borrowed recipe leaves out
-    its ``microbatch``: that fact corrects one page row, and a later page prints its own."""
-    if key in BRIDGE_RECIPES:
-        return BRIDGE_RECIPES[key], key
+    """``(facts, key used)``: the recipe facts of ``key`` (:data:`BRIDGE_RECIPES` for the
+    fitted 25.09 and 25.11 rows, :data:`BRIDGE_RECIPES_26` for the 2026 releases of the
+    external test set) or, for a row whose release's recipes were not collected, those of the
+    newest collected fitted release of the same model on the same or the most similar system
+    (:data:`SIMILAR_GPU`), main variant.  A borrowed recipe leaves out its ``microbatch``: that
+    fact corrects one page row, and a later page prints its own."""
+    for table in (BRIDGE_RECIPES, BRIDGE_RECIPES_26):
+        if key in table:
+            return table[key], key
     model, gpu, _, _ = key
     for g in (gpu, SIMILAR_GPU.get(gpu)):
         for c in ("25.11", "25.09"):
