@@ -214,6 +214,7 @@ ABLATION_SETS = {
         },
     ),
     "+ per software stack (chosen)": (DEFAULT_PARAMS, {}),
+    "chosen, dp_overlap_eff shared": (DEFAULT_PARAMS, {"dp_overlap_eff": "shared"}),
     "chosen + recompute_factor": (_WITH_RECOMPUTE, {}),
     "chosen + recompute_factor, tier efficiency per fabric": (
         _WITH_RECOMPUTE,
