@@ -129,6 +129,24 @@ def _llama(c: str, size: str, gpu: str, cfgs: str, deg: str, fsdp_off=None, nvfp
     return facts
 
 
+def _moe(c: str, base: str, name: str, pre: str, grad: str, disp: str, deg: str, **how) -> dict:
+    """The facts DeepSeek-V3 and GPT-OSS configs share; ``how``: mods, backend, a2a, fi."""
+    a2a = how["a2a"]
+    a2a_src = (
+        f"{pre}: overlap_moe_expert_parallel_comm True"
+        if c == NEW and a2a
+        else f"{base}: {name} moe_a2a_overlap {a2a}"
+    )
+    return {
+        "grad_reduce_bytes": _f(2.0, grad),
+        **_sel(c, base, name, how["mods"]),
+        "moe_hierarchical_dispatch": _f(how["backend"] in ("hybridep", "deepep"), disp),
+        "overlap_moe_comm": _f(a2a, a2a_src),
+        "token_drop": _dropless(pre, how["fi"]),
+        "degrees": _f(deg, f"{base}: {name}"),
+    }
+
+
 # --- DeepSeek-V3 ------------------------------------------------------------------------------
 _DS_DISPATCH = {
     "26.02": "deepseek_llm_pretrain.py passes it to recipes/deepseek/deepseek_v3.py "
@@ -154,22 +172,12 @@ def _ds(c: str, gpu: str, cfg: str, deg: str, mods, backend, a2a: bool, layout: 
         how = _DS_DISPATCH.get(c, f"{OVR} set_workload_base_configs apply_flex_dispatcher_backend")
         disp = f"{base}: {name} moe_flex_dispatcher_backend {backend!r} ({how})"
         grad = f"{pre}: set_deepseek_v3_common_configs ddp.grad_reduce_in_fp32 False"
-    a2a_src = (
-        f"{pre}: overlap_moe_expert_parallel_comm True"
-        if c == NEW and a2a
-        else f"{base}: {name} moe_a2a_overlap {a2a}"
-    )
     return {
-        "grad_reduce_bytes": _f(2.0, grad),
-        **_sel(c, base, name, mods),
+        **_moe(c, base, name, pre, grad, disp, deg, mods=mods, backend=backend, a2a=a2a, fi=fi),
         "etp": _f(1, f"{base}: expert_tensor_parallel_size 1" if c != NEW else f"{lib}: etp 1"),
-        "moe_hierarchical_dispatch": _f(backend in ("hybridep", "deepep"), disp),
-        "overlap_moe_comm": _f(a2a, a2a_src),
         "overlap_tp": _f(False, f"{lib}: CommOverlapConfig(tp_comm_overlap=False); tp 1"),
-        "token_drop": _dropless(pre, fi),
         "mtp_layers": _f("row", f"{lib}: mtp_num_layers 1; the page variant is taken from the row"),
         "layout": _f("recipe", f"{base}: {layout}"),
-        "degrees": _f(deg, f"{base}: {name}"),
     }
 
 
@@ -202,20 +210,10 @@ def _oss(c: str, gpu: str, cfg: str, deg: str, mods, backend, a2a: bool, fi=Fals
         disp = f"{base}: {name} moe_flex_dispatcher_backend {backend!r} ({how})"
         grad = f"{pre}: set_gpt_oss_common_configs ddp.grad_reduce_in_fp32 False"
         tpo = f"{pre}: no tp_comm_overlap for tp 1 (comm_overlap None, or tp_comm_overlap=tp > 1)"
-    a2a_src = (
-        f"{pre}: overlap_moe_expert_parallel_comm True"
-        if c == NEW and a2a
-        else f"{base}: {name} moe_a2a_overlap {a2a}"
-    )
     return {
-        "grad_reduce_bytes": _f(2.0, grad),
-        **_sel(c, base, name, mods),
+        **_moe(c, base, name, pre, grad, disp, deg, mods=mods, backend=backend, a2a=a2a, fi=fi),
         "etp": _f(1, f"{base}: expert_tensor_parallel_size 1"),
-        "moe_hierarchical_dispatch": _f(backend in ("hybridep", "deepep"), disp),
-        "overlap_moe_comm": _f(a2a, a2a_src),
         "overlap_tp": _f(False, tpo),
-        "token_drop": _dropless(pre, fi),
-        "degrees": _f(deg, f"{base}: {name}"),
     }
 
 
