@@ -3,11 +3,12 @@ exhaustive optimum, re-evaluated by :func:`codesign.evaluate` on its own configu
 valid, fits in memory and meets every constraint of the file (capex, power, network capex,
 deadline, accelerator cap, minimum MFU).  A few optima the files' comments state are pinned
 (ZeRO-3 without pipelining on a 72-GPU NVLink domain; expert parallelism without pipelining
-for Mixtral)."""
+for Mixtral), and every "Sweep optimum" comment states the current optimum's objective."""
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -93,3 +94,32 @@ def test_mixtral_optimum_uses_expert_parallelism_without_pipelining():
     _, res, _, _ = _best(_named("mixtral-8x7b-1024xh100-ep"))
     best = res.best()
     assert best["strategy.pp"] == 1 and best["strategy.ep"] > 1
+
+
+_STATED = [p for p in PROBLEMS if "# Sweep optimum" in p.read_text()]
+_UNIT = {"cost_to_train": 1e-6}
+"""The comments state costs in M$; every other objective in its own unit."""
+
+
+def _stated_numbers(text: str) -> list[float]:
+    """The numbers of a file's "Sweep optimum" comment (the comment lines from that one on)."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("# Sweep optimum"))
+    block = []
+    for ln in lines[start:]:
+        if not ln.startswith("#"):
+            break
+        block.append(ln)
+    return [float(n.replace(",", "")) for n in re.findall(r"\d[\d,]*(?:\.\d+)?", "\n".join(block))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", _STATED, ids=[p.stem for p in _STATED])
+def test_stated_sweep_optimum_is_current(path):
+    """A comment that states a problem's sweep optimum states the current one (the presets
+    move with every calibration): the exhaustive optimum's objective, in the comment's unit,
+    is one of the comment's numbers to its rounding (0.6 %)."""
+    pb, res, _, _ = _best(path)
+    want = res.best_values[0] * _UNIT.get(pb.objective, 1.0)
+    stated = _stated_numbers(path.read_text())
+    assert any(abs(n - want) <= 6e-3 * want for n in stated), (pb.objective, want, stated)
