@@ -27,6 +27,7 @@ __all__ = [
     "deepseek_stage_layers",
     "recipe_facts",
 ]
+
 R09 = f"{MB} r0.1.0@684a686"
 R09E = f"{MB} r0.1.0@8d5764f"
 R11 = f"{MB} r0.2.0@0465189"

@@ -21,11 +21,11 @@ def bridge_precision(row: dict, variant: str, gpu: str, notes: list) -> str:
     if p == "BF16":
         return "bf16"
     if p.startswith("FP8"):
-        # 25.09: r0.1.0 perf matrices match main numbers to fp8_cs (Llama3-70B GB200 mbs 2 is
-        # only under fp8_cs), parenthesised ones to fp8_mx (B200/GB200) / fp8_ss (H100).
-        if row["id"].split("_")[1].startswith("26"):
+        if row["id"].split("_")[1].startswith("26"):  # the 2026 pages' FP8 = *_FP8_CS configs
             notes.append("precision fp8-current (page: FP8; the release's *_FP8_CS perf configs)")
             return "fp8-current"
+        # 25.09: r0.1.0 perf matrices match main numbers to fp8_cs (Llama3-70B GB200 mbs 2 is
+        # only under fp8_cs), parenthesised ones to fp8_mx (B200/GB200) / fp8_ss (H100).
         if variant == "main":
             notes.append("precision fp8-current (page: FP8 unstated; r0.1.0 perf matrix fp8_cs)")
             return "fp8-current"
