@@ -268,7 +268,7 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
 
     training = {
         "global_batch": int(par["global_batch"]),
-        "precision": bridge_precision(row, variant, gpu, notes),
+        "precision": bridge_precision(row, key, notes),
         "grad_reduce_bytes": float(val.get("grad_reduce_bytes", 2.0)),
     }
     nvl = int(hw.get("nvlink_domain", 8))

@@ -66,8 +66,7 @@ def _layout_key(row: dict) -> tuple:
     every FP8 scaling recipe is ``fp8``), batch and every parallel degree (the row's own
     figures)."""
     hw, par, mod = row["hardware"], row["parallel"], row["model"]
-    _, gpu, _, variant = bridge_key(row)
-    prec = bridge_precision(row, variant, gpu, [])
+    prec = bridge_precision(row, bridge_key(row), [])
     degrees = ("tp", "pp", "cp", "ep", "virtual_pp", "microbatch", "global_batch", "fsdp")
     return (
         str(hw.get("system", hw.get("gpu"))),

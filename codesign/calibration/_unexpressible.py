@@ -9,8 +9,10 @@ class Unexpressible(ValueError):
     """A row the model cannot express (missing field, unknown hardware, invalid strategy)."""
 
 
-def bridge_precision(row: dict, variant: str, gpu: str, notes: list) -> str:
-    """Training precision of a Megatron-Bridge row (25.09 FP8 rows: the recipe's FP8 variant)."""
+def bridge_precision(row: dict, key: tuple, notes: list) -> str:
+    """Training precision of a Megatron-Bridge row with recipe key ``(model, gpu, container,
+    variant)`` (25.09 FP8 rows: the recipe's FP8 variant)."""
+    _, gpu, container, variant = key
     p = str(row["parallel"].get("precision", ""))
     if p == "FP8-CS":
         return "fp8-current"
@@ -21,7 +23,7 @@ def bridge_precision(row: dict, variant: str, gpu: str, notes: list) -> str:
     if p == "BF16":
         return "bf16"
     if p.startswith("FP8"):
-        if row["id"].split("_")[1].startswith("26"):  # the 2026 pages' FP8 = *_FP8_CS configs
+        if container.startswith("26"):  # the 2026 pages' FP8 = the *_FP8_CS configs
             notes.append("precision fp8-current (page: FP8; the release's *_FP8_CS perf configs)")
             return "fp8-current"
         # 25.09: r0.1.0 perf matrices match main numbers to fp8_cs (Llama3-70B GB200 mbs 2 is
