@@ -353,6 +353,7 @@ STRATEGY_FLAGS = (  # [strategy] keys that are true/false
     "pp_loss_in_split",
     "overlap_moe_comm",
     "moe_hierarchical_dispatch",
+    "offload_whole_layers",
 )
 STRATEGY_NUMBERS = (  # [strategy] keys that are numbers
     "tp",

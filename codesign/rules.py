@@ -16,7 +16,9 @@ layers and interleaving needs ``pp > 1``; ``cp`` divides the sequence; expert pa
 carved out of the ``dp * cp`` ranks (``ep`` divides ``dp * cp`` and the expert count); the
 global batch is a multiple of ``dp * microbatch``; the cluster is made of whole scale-up
 domains (tier 0's domain divides the accelerator count; outer tiers such as buildings may be
-partly filled); FP8 needs an FP8 peak.
+partly filled); FP8 needs an FP8 peak; whole-layer activation offloading (Megatron-Core's
+``cpu_offloading``, ``Strategy.offload_whole_layers``) needs ``pp = 1``, no recomputation and
+fewer than all layers offloaded.
 
 Data parallelism is never chosen freely: ``dp = N / (tp pp cp)`` (:func:`derive_dp`).  ZeRO
 stages shard model states over the data-parallel group (Rajbhandari et al. 2020, "ZeRO",
@@ -44,6 +46,7 @@ import numpy as np
 from codesign.pipeline import layout_valid
 from codesign.specs import (
     PRECISIONS,
+    RECOMPUTE_MODES,
     RECOMPUTE_MODULES,
     Model,
     SpecError,
@@ -161,6 +164,10 @@ def _integer(xp, x):
 
 def _g(x) -> str:
     return f"{float(x):g}"
+
+
+def _recompute_name(st) -> str:
+    return RECOMPUTE_MODES[int(np.argmax(np.asarray(st.recompute, dtype=float)))]
 
 
 RULES: tuple[Rule, ...] = (
@@ -290,6 +297,27 @@ RULES: tuple[Rule, ...] = (
             f"{_g(st.offload_activations)} (optimizer {_g(st.offload_optimizer)})"
         ),
         lambda m, tr, sy, st: "0 unless system.host_link_gbps > 0 (offloading needs a host link)",
+    ),
+    Rule(
+        "strategy.offload_whole_layers",
+        lambda xp, m, tr, sy, st: (
+            (st.offload_activations == 0)
+            | (st.offload_whole_layers == 0)
+            | (
+                (st.pp == 1)
+                & (st.recompute[..., 0] == 1)
+                & (st.offload_activations * m.layers <= m.layers - 1)
+            )
+        ),
+        lambda m, tr, sy, st: (
+            f"true with offload_activations {_g(st.offload_activations)}, pp {_g(st.pp)}, "
+            f"recompute {_recompute_name(st)}"
+        ),
+        lambda m, tr, sy, st: (
+            "false (module-level offloading), or pp = 1, recompute none and fewer than all "
+            "layers offloaded (Megatron-Core's cpu_offloading rejects pipeline parallelism "
+            "and recomputation)"
+        ),
     ),
     Rule(
         "strategy.recompute_modules",

@@ -319,6 +319,15 @@ class Strategy:
     offload_optimizer: float = 0.0
     """Fraction (0..1) of the optimizer state kept in host memory and stepped by the CPU
     (Megatron-Core ``optimizer_cpu_offload`` with ``optimizer_offload_fraction``)."""
+    offload_whole_layers: float = 0.0
+    """1: activations are offloaded a whole layer at a time by Transformer Engine's CPU offload
+    (Megatron-Core ``cpu_offloading`` with ``cpu_offloading_num_layers``, the only activation
+    offloading up to Megatron-Bridge v0.2 / NeMo container 25.11), which Megatron-Core accepts
+    only without pipeline parallelism, without activation recomputation and for fewer than all
+    the layers (``TransformerConfig.__post_init__``); :data:`codesign.rules.RULES` enforces it.
+    0 (the default): module-level offloading (``fine_grained_activation_offloading`` with
+    ``offload_modules``, Megatron-Bridge v0.3.0 / 26.02 on), which works with pipeline
+    parallelism, interleaving and selective recomputation.  Same cost model either way."""
     overlap_moe_comm: float = 0.0
     """1: expert-parallel all-to-all overlapped with the compute of another micro-batch
     (Megatron-Core ``overlap_moe_expert_parallel_comm``; DualPipe-style, DeepSeek-AI 2024)."""
@@ -490,6 +499,7 @@ def make_strategy(
     recompute_modules: Sequence[str] = ("core_attn",),
     offload_activations: float = 0.0,
     offload_optimizer: float = 0.0,
+    offload_whole_layers: bool = False,
     overlap_moe_comm: bool = False,
     moe_hierarchical_dispatch: bool = False,
     outer_sync_interval: float = 1.0,
@@ -517,6 +527,7 @@ def make_strategy(
         ("pp_loss_in_split", pp_loss_in_split),
         ("overlap_moe_comm", overlap_moe_comm),
         ("moe_hierarchical_dispatch", moe_hierarchical_dispatch),
+        ("offload_whole_layers", offload_whole_layers),
     ):
         if not isinstance(flag, bool | np.bool_) and flag not in (0, 1):
             raise SpecError(f"strategy.{name}", flag, "true or false")
@@ -567,6 +578,7 @@ def make_strategy(
         recompute_modules=np.array([float(m in recompute_modules) for m in RECOMPUTE_MODULES]),
         offload_activations=float(offload_activations),
         offload_optimizer=float(offload_optimizer),
+        offload_whole_layers=float(bool(offload_whole_layers)),
         overlap_moe_comm=float(bool(overlap_moe_comm)),
         moe_hierarchical_dispatch=float(bool(moe_hierarchical_dispatch)),
         outer_sync_interval=float(outer_sync_interval),

@@ -33,7 +33,9 @@ machines; a model that finds a much faster layout is wrong about them).
   recipe's explicit layout.
 
 Everything else (precision, sequence parallelism, overlap flags, optimizer offload, MoE dispatch,
-...) is the recipe's.  The recipe point itself lies in the grid (up to values the validity rules
+the offloading method, ...) is the recipe's.  The 25.09 / 25.11 stacks offload activations only
+whole layers at a time (``offload_whole_layers``: Megatron-Core's ``cpu_offloading``, which
+rejects ``pp > 1`` and recomputation), so their rows' sweeps offload only where that runs.  The recipe point itself lies in the grid (up to values the validity rules
 reject), so ``regret >= 0`` up to that.
 
 Implementation: the structural combinations (tp, pp, cp, ep, etp, microbatch, interleave, layout)
@@ -181,8 +183,9 @@ def grid_values(cfg, args) -> dict:
 
 def structural_points(cfg, vals) -> np.ndarray:
     """Valid (tp, pp, cp, ep, etp, microbatch, interleave, first, last, emb, loss) rows
-    (host-side rules with recompute none, no offload, ZeRO-1: those axes never change
-    validity except offload, which is valid on every accelerator we offload on)."""
+    (host-side rules with recompute none, no offload, ZeRO-1; the rules that involve those
+    axes, whole-layer offloading's ``pp = 1`` and no recomputation, are applied to every
+    evaluated point by :func:`codesign.rules.valid_mask` in :func:`_eval_chunk`)."""
     st = cfg.strategy
     rec_layout = tuple(_f(getattr(st, k)) for k in LAYOUT)
     prod = np.array(list(itertools.product(*(vals[k] for k in STRUCT))), dtype=float)

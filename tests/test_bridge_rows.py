@@ -30,7 +30,7 @@ STRATEGY_KEYS = {
     "recompute", "recompute_modules", "recompute_fraction", "recompute_num_layers", "zero",
     "overlap_dp", "overlap_tp", "flash_attention", "pp_first_layers", "pp_last_layers",
     "pp_embedding_in_split", "pp_loss_in_split", "offload_activations", "offload_optimizer",
-    "overlap_moe_comm", "moe_hierarchical_dispatch",
+    "overlap_moe_comm", "moe_hierarchical_dispatch", "offload_whole_layers",
 }  # fmt: skip
 PRECISIONS = {"bf16", "fp16", "fp8", "fp8-delayed", "fp8-current", "mxfp8", "fp4", "nvfp4", "mxfp4"}
 MODULES = {"core_attn", "layernorm", "mlp", "moe_act", "moe", "mla_up_proj"}
@@ -57,6 +57,8 @@ def test_row_maps_to_document_keys(row):
     assert doc["efficiency"] == {"preset": "uncalibrated", "stack": "bridge"}
     s = doc["strategy"]
     assert s["tp"] * s["pp"] * s["dp"] * s["cp"] == doc["system"]["num_accelerators"]
+    # 25.09 / 25.11 offload activations only with Megatron-Core's whole-layer cpu_offloading.
+    assert s["offload_whole_layers"] is True
     assert all(isinstance(n, str) for n in notes)
 
 
@@ -207,9 +209,12 @@ def test_2026_recipe_facts_per_precision():
     doc, notes = row_to_doc(by_id["mbridge_26.04_DGX-GB300_LLAMA3_70B_64gpu_FP8"])
     assert doc["strategy"]["zero"] == 3
     assert doc["strategy"]["offload_activations"] == pytest.approx(20 / 80)
+    assert doc["strategy"]["offload_whole_layers"] is True  # cpu_offloading_num_layers
     assert any(n.startswith("recipe facts for FP8") for n in notes)
     doc, _ = row_to_doc(by_id["mbridge_26.04_DGX-GB300_LLAMA3_70B_64gpu_MXFP8"])
     assert doc["strategy"]["zero"] == 1 and doc["strategy"]["offload_activations"] == 0.0
+    # 26.02 on: module-level offloading exists, so the row's alternatives may use it.
+    assert doc["strategy"]["offload_whole_layers"] is False
     doc, _ = row_to_doc(by_id["mbridge_26.04_DGX-GB300_LLAMA3_70B_64gpu_NVFP4"])
     assert doc["strategy"]["overlap_tp"] is False
 

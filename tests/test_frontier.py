@@ -13,8 +13,9 @@ import pytest
 from conftest import small_doc
 
 import codesign as cd
-from codesign import collectives, memory, pipeline, workload
+from codesign import collectives, memory, pipeline, rules, workload
 from codesign.smoothing import EXACT, Smoothing
+from codesign.step import evaluate_specs
 
 
 def close(a, b, rel=1e-9):
@@ -189,6 +190,38 @@ def test_activation_offload_needs_a_host_link_and_frees_memory():
     off = cd.evaluate(*load(small_doc(offload_activations=0.5)).specs())
     # Full recomputation is off: activations halve exactly.
     assert close(off.memory_gb["activations"], 0.5 * float(base.memory_gb["activations"]))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},  # pp 2: Megatron-Core's cpu_offloading rejects pipeline parallelism
+        {"pp": 1, "dp": 32, "recompute": "selective"},  # ... and activation recomputation
+        {"pp": 1, "dp": 32, "offload_activations": 1.0},  # ... and offloading every layer
+    ],
+)
+def test_whole_layer_offload_follows_megatron_cores_rules(change):
+    """``TransformerConfig.__post_init__`` raises for ``cpu_offloading`` with
+    ``pipeline_model_parallel_size > 1``, with ``recompute_granularity`` set, and with
+    ``cpu_offloading_num_layers >= num_layers``; module-level offloading has none of these."""
+    kw = {"offload_activations": 0.5, "recompute": "none", **change}
+    with pytest.raises(cd.SpecError) as e:
+        load(small_doc(offload_whole_layers=True, **kw))
+    assert e.value.field == "strategy.offload_whole_layers"
+    cfg = load(small_doc(offload_whole_layers=False, **kw))  # fine-grained: valid
+    bad = dataclasses.replace(cfg.strategy, offload_whole_layers=1.0)
+    specs = {"model": cfg.model, "training": cfg.training, "system": cfg.system}
+    assert bool(rules.valid_mask({**specs, "strategy": cfg.strategy}))
+    assert not bool(rules.valid_mask({**specs, "strategy": bad}))
+    ok = load(
+        small_doc(offload_whole_layers=True, pp=1, dp=32, offload_activations=0.5, recompute="none")
+    )
+    assert bool(rules.valid_mask({**specs, "strategy": ok.strategy}))
+    # The flag changes validity only, never the cost.
+    full = {**specs, "efficiency": cfg.efficiency}
+    a = evaluate_specs({**full, "strategy": cfg.strategy})
+    b = evaluate_specs({**full, "strategy": bad})
+    assert float(a.step_time_s) == float(b.step_time_s)
 
 
 def test_offload_time_exposed_only_when_the_host_link_is_slow():

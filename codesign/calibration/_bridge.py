@@ -235,6 +235,11 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
         "overlap_tp": bool(val.get("overlap_tp", False)) and tp > 1,
         "offload_activations": float(val.get("offload_activations", 0.0)),
         "offload_optimizer": 0.0,
+        # The recipes offload with Transformer Engine's whole-layer cpu_offloading; before
+        # Megatron-Bridge v0.3.0 (container 26.02) it is the only activation offloading there
+        # is (fine_grained_activation_offloading first appears in v0.3.0's training config).
+        "offload_whole_layers": container.startswith("25.")
+        or float(val.get("offload_activations", 0.0)) > 0,
         "overlap_moe_comm": bool(val.get("overlap_moe_comm", False)),
         "moe_hierarchical_dispatch": bool(val.get("moe_hierarchical_dispatch", False)),
         "pp_first_layers": 0,
