@@ -254,6 +254,6 @@ class Discretizer:
             out += [self.compose(int(m), cat, bw) for m in near]
             out += [self.compose(lay, c, bw) for c in all_cats if c != cat]
             out += [self.compose(int(m), c, bw) for m in few for c in all_cats if c != cat]
-            out += [self.compose(lay, cat, b) for b in bw_moves((-2, -1, 1, 2), (-1, 1))]
+            out += [self.compose(lay, cat, b) for b in bw_moves((-2, -1, 1, 2), (-2, -1, 1, 2))]
             out += [self.compose(int(m), cat, b) for m in few for b in bw_moves((-1, 1), ())]
         return out

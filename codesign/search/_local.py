@@ -5,10 +5,14 @@ layouts (and the best rounding of the best start's own layout), a best-improveme
 search on the grid: the nearest valid layouts, every other categorical combination (also
 on the nearest few layouts), one or two grid steps of one bandwidth (and steps of an
 eighth and a quarter of its axis, so that a refined bandwidth grid keeps moves as large
-as a coarse one's) or one step of two, and layout-bandwidth pairs are evaluated exactly
-in one batch; move to the best, repeat
-until none improves.  Infeasible points rank after feasible ones by how far they exceed
-memory, budget and power, so a rounding just over the budget walks into the feasible set.
+as a coarse one's) or one or two steps of two at once, and layout-bandwidth pairs are
+evaluated exactly in one batch; move to the best, repeat until none improves.  A stalled
+search also tries whole-axis layout moves and, on its own layout, every other categorical
+combination with the bandwidths searched again for it (a bandwidth-only search that first
+walks into the feasible set): under a capex cap, dropping recomputation pays off only once
+capacity is bought back from compute, a change no single move makes.  Infeasible points
+rank after feasible ones by how far they exceed memory, budget and power, so a rounding
+just over the budget walks into the feasible set.
 Only valid points count as exact evaluations (``num_exact_evals``); results are memoized.
 """
 
@@ -38,10 +42,13 @@ def local_search(
     trace=None,
     progress=None,
     deep: bool = True,
+    bandwidths_only: bool = False,
 ):
     """Best-improvement search on the grid from ``start``; returns ``(point, value, iters)``.
     When no neighbour improves and ``deep``, moves along whole layout axes (one, or two at
-    once: :meth:`Discretizer.axis_moves`) are tried before stopping.
+    once: :meth:`Discretizer.axis_moves`) are tried before stopping.  ``bandwidths_only``:
+    only moves of the bandwidth (and hardware) axes, keeping ``start``'s layout and
+    categorical combination (recompute, ZeRO, ...).
 
     Points compare by :meth:`ExactEvaluator.keys`, so a search that starts infeasible (a
     rounding just over the budget) first walks into the feasible set."""
@@ -53,8 +60,11 @@ def local_search(
     def better(a, b):
         return a[0] < b[0] or (a[0] == b[0] and a[1] < b[1] * (1.0 - 1e-12))
 
+    lay0, cat0, _ = disc.split(cur)
     for it in range(1, max_iters + 1):  # noqa: B007
         nb = disc.neighbours(cur, k_layouts)
+        if bandwidths_only:
+            nb = [q for q in nb if disc.split(q)[:2] == (lay0, cat0)]
         if not nb:
             break
         ks = ev.keys(nb)
@@ -85,6 +95,18 @@ def local_search(
                         best_q, best_qk = q, qk
                     if len(lays) >= 4:
                         break
+                # ... and from the point's own layout with each other categorical combination
+                # (recompute, ZeRO, ...), its best few by key, infeasible ones included: a
+                # combination that only pays off with other bandwidths (under a capex cap, no
+                # recomputation once capacity is bought back from compute) is reached by the
+                # walk into the feasible set, which single moves never start.
+                for q0 in _category_starts(disc, cur, 4):
+                    q, _, _ = local_search(
+                        disc, q0, k_layouts, 12, None, None, deep=False, bandwidths_only=True
+                    )
+                    qk = ev.keys([q])[0]
+                    if better(qk, best_qk):
+                        best_q, best_qk = q, qk
                 if best_q is not None:
                     nb, ks, j, improved = [best_q], [best_qk], 0, True
         if improved:
@@ -97,6 +119,21 @@ def local_search(
         if not improved:
             break
     return cur, (cur_k[1] if cur_k[0] == 0 else math.inf), it
+
+
+def _category_starts(disc: Discretizer, point: tuple, k: int) -> list[tuple]:
+    """The ``k`` best (by :meth:`ExactEvaluator.keys`) points with ``point``'s layout and
+    bandwidths and another categorical combination."""
+    lay, cat, bw = disc.split(point)
+    if lay is None:
+        return []
+    shape = [disc.ev.shape[a] for a in disc.cat_axes]
+    pts = [disc.compose(lay, c, bw) for c in itertools.product(*map(range, shape)) if c != cat]
+    if not pts:
+        return []
+    ks = disc.ev.keys(pts)
+    order = sorted(range(len(pts)), key=lambda i: ks[i])
+    return [pts[i] for i in order if math.isfinite(ks[i][1])][:k]
 
 
 def _pin(disc: Discretizer, point: tuple, space: relax.Space, box: relax.Box):
