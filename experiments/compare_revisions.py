@@ -10,10 +10,14 @@ prints the figures side by side (median over the repeats):
   call at a time, XLA temp memory; ``--quick`` uses the scripts' small grids, whose warm
   sweeps take a few hundredths of a second and so are noisy);
 * ``codesign``: ``experiments/bench_codesign.py --quick`` (the optimizer against the
-  exhaustive optimum on the quick suite: ratio, wall times, exact evaluations).
+  exhaustive optimum on the quick suite: ratio, wall times, exact evaluations); with
+  ``--codesign-only SUBSTRING ...``, the full suite's entries whose label contains one,
+  without the random, cold and scaling studies (``--repeats`` alternating runs, medians of
+  the wall times), written to a temporary directory so the stored results stay as they are.
 
 Usage:
     python experiments/compare_revisions.py --before 2468f90 [--bench evaluate codesign] [--repeats 3]
+        [--codesign-only llama3-70b-accelerator-design ...]
 """
 
 from __future__ import annotations
@@ -97,16 +101,36 @@ def compare_evaluate(before: Path, repeats: int, quick: bool) -> list[str]:
     return lines
 
 
-def compare_codesign(before: Path) -> list[str]:
-    res = {}
-    for name, tree in (("before", before), ("after", ROOT)):
+def _codesign_run(tree: Path, only: list[str] | None) -> dict:
+    """One ``bench_codesign.py`` run of ``tree``: ``--quick``, or the ``only`` entries."""
+    if not only:
         _run(tree, ["experiments/bench_codesign.py", "--quick"], 3600)
-        res[name] = json.loads(
+        return json.loads(
             (tree / "experiments" / "results" / "codesign_bench_quick.json").read_text()
         )
-        print(f"  codesign {name}: done", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(prefix="codesign-bench-") as out:
+        args = ["--only", *only, "--no-random", "--no-cold", "--max-grid", "1e6"]
+        _run(tree, ["experiments/bench_codesign.py", *args, "--out", out], 3600)
+        return json.loads((Path(out) / "codesign_bench.json").read_text())
+
+
+def compare_codesign(before: Path, repeats: int = 1, only: list[str] | None = None) -> list[str]:
+    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    for i in range(repeats):
+        for name, tree in (("before", before), ("after", ROOT)):
+            runs[name].append(_codesign_run(tree, only))
+            print(f"  codesign run {i + 1}/{repeats} {name}: done", file=sys.stderr, flush=True)
+    res = {name: dict(rs[0]) for name, rs in runs.items()}
+    for name, rs in runs.items():  # median wall times over the repeats
+        for j, row in enumerate(res[name]["suite"]):
+            row = res[name]["suite"][j] = dict(row)
+            for k in ("opt_warm_s", "opt_cold_s"):
+                row[k] = statistics.median(r["suite"][j][k] for r in rs)
+        res[name]["total_s"] = statistics.median(r["total_s"] for r in rs)
+    what = f"--only {' '.join(only)}" if only else "--quick"
     lines = [
-        "bench_codesign.py --quick (optimizer / exhaustive optimum; wall times in s)",
+        f"bench_codesign.py {what} (optimizer / exhaustive optimum; wall times in s, median of "
+        f"{repeats} alternating run(s))",
         "",
         "| problem | ratio before | ratio after | opt warm before | opt warm after | opt first before | opt first after | evals before | evals after |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -139,7 +163,17 @@ def main() -> int:
         "--bench", nargs="+", default=["evaluate", "codesign"], choices=["evaluate", "codesign"]
     )
     ap.add_argument(
-        "--repeats", type=int, default=3, help="alternating runs of bench_evaluate (default 3)"
+        "--repeats",
+        type=int,
+        default=3,
+        help="alternating runs of bench_evaluate, and of bench_codesign with --codesign-only "
+        "(default 3)",
+    )
+    ap.add_argument(
+        "--codesign-only",
+        nargs="+",
+        metavar="SUBSTRING",
+        help="bench_codesign on these full-suite entries instead of --quick",
     )
     ap.add_argument("--quick", action="store_true", help="bench_evaluate.py's small grids")
     ap.add_argument("--out", type=Path, help="also write the tables to this markdown file")
@@ -150,7 +184,8 @@ def main() -> int:
         if "evaluate" in args.bench:
             lines += compare_evaluate(before, args.repeats, args.quick) + [""]
         if "codesign" in args.bench:
-            lines += compare_codesign(before) + [""]
+            repeats = args.repeats if args.codesign_only else 1
+            lines += compare_codesign(before, repeats, args.codesign_only) + [""]
     finally:
         subprocess.run(
             ["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, capture_output=True
