@@ -63,6 +63,8 @@ class Discretizer:
         paths = ev.paths
         self.layout_axes = [a for a, p in enumerate(paths) if p in _ZKEY]
         self.cat_axes = [a for a, p in enumerate(paths) if p in _CATEGORICAL]
+        self.all_cats = list(itertools.product(*[range(ev.shape[a]) for a in self.cat_axes]))
+        """Every categorical combination (recompute, ZeRO, platform, placement) as index tuples."""
         cont = list(problem.continuous_paths)
         self.bw_axes = [a for a, p in enumerate(paths) if p in cont]
         """The continuous hardware axes (bandwidths, latencies, HBM...): always valid."""
@@ -163,8 +165,9 @@ class Discretizer:
             )
         )
         out = [self.compose(int(lay), c, b) for lay in lays for c in cats for b in bws]
-        all_cats = list(itertools.product(*[range(self.ev.shape[a]) for a in self.cat_axes]))
-        out += [self.compose(int(lay), c, b) for lay in lays[:k_all] for c in all_cats for b in bws]
+        out += [
+            self.compose(int(lay), c, b) for lay in lays[:k_all] for c in self.all_cats for b in bws
+        ]
         return out
 
     def axis_moves(self, point: tuple, pairs: bool = True) -> list[tuple]:
@@ -188,7 +191,7 @@ class Discretizer:
     def _layout_moves(self, lay: int, bw: tuple, pairs: bool) -> list[tuple]:
         row = tuple(int(i) for i in self.layouts[lay])
         sizes = [self.ev.shape[a] for a in self.layout_axes]
-        cats = list(itertools.product(*[range(self.ev.shape[a]) for a in self.cat_axes]))
+        cats = self.all_cats
         out = []
         seen = {row}
 
@@ -211,12 +214,15 @@ class Discretizer:
                         add(tuple(r))
         return out
 
-    def neighbours(self, point: tuple, k_layouts: int) -> list[tuple]:
-        """The local-search neighbourhood of a point (see the module docstring)."""
+    def neighbours(
+        self, point: tuple, k_layouts: int, bandwidths_only: bool = False
+    ) -> list[tuple]:
+        """The local-search neighbourhood of a point (see the module docstring);
+        ``bandwidths_only``: only its moves of the bandwidth (and hardware) axes, with the
+        point's layout and categorical combination."""
         lay, cat, bw = self.split(point)
         near = self.near_layouts(lay, k_layouts) if lay is not None else np.zeros(0, np.int64)
-        cat_shape = [self.ev.shape[a] for a in self.cat_axes]
-        all_cats = list(itertools.product(*[range(n) for n in cat_shape]))
+        all_cats = self.all_cats
         nbw = [self.ev.shape[a] for a in self.bw_axes]
 
         def scaled(steps, n):
@@ -249,7 +255,9 @@ class Discretizer:
             return out
 
         out = []
-        if lay is not None:
+        if lay is not None and bandwidths_only:
+            out += [self.compose(lay, cat, b) for b in bw_moves((-2, -1, 1, 2), (-2, -1, 1, 2))]
+        elif lay is not None:
             few = near[: max(1, k_layouts // 3)]
             out += [self.compose(int(m), cat, bw) for m in near]
             out += [self.compose(lay, c, bw) for c in all_cats if c != cat]

@@ -60,11 +60,8 @@ def local_search(
     def better(a, b):
         return a[0] < b[0] or (a[0] == b[0] and a[1] < b[1] * (1.0 - 1e-12))
 
-    lay0, cat0, _ = disc.split(cur)
     for it in range(1, max_iters + 1):  # noqa: B007
-        nb = disc.neighbours(cur, k_layouts)
-        if bandwidths_only:
-            nb = [q for q in nb if disc.split(q)[:2] == (lay0, cat0)]
+        nb = disc.neighbours(cur, k_layouts, bandwidths_only)
         if not nb:
             break
         ks = ev.keys(nb)
@@ -127,8 +124,7 @@ def _category_starts(disc: Discretizer, point: tuple, k: int) -> list[tuple]:
     lay, cat, bw = disc.split(point)
     if lay is None:
         return []
-    shape = [disc.ev.shape[a] for a in disc.cat_axes]
-    pts = [disc.compose(lay, c, bw) for c in itertools.product(*map(range, shape)) if c != cat]
+    pts = [disc.compose(lay, c, bw) for c in disc.all_cats if c != cat]
     if not pts:
         return []
     ks = disc.ev.keys(pts)
