@@ -138,7 +138,14 @@ def check_system(s) -> None:
     a = s.accelerator
     for f in ("peak_tflops", "hbm_gb", "hbm_tbps"):
         positive(f"system.{f}", getattr(a, f))
-    for f in ("peak_tflops_fp8", "peak_tflops_fp4", "power_w", "price_usd", "host_link_gbps"):
+    for f in (
+        "peak_tflops_fp8",
+        "peak_tflops_fp4",
+        "power_w",
+        "price_usd",
+        "host_link_gbps",
+        "exp_tera_per_s",
+    ):
         positive(f"system.{f}", getattr(a, f), allow_zero=True)
     n = positive("system.num_accelerators", s.num_accelerators, integer=True)
     if len(s.tiers) == 0:
@@ -190,6 +197,7 @@ _OVERLAPS = (
     "p2p_overlap_eff",
     "ep_overlap_eff",
     "offload_overlap_eff",
+    "softmax_overlap_eff",
 )
 
 
@@ -214,7 +222,13 @@ def check_efficiency(eff) -> None:
         positive(f"efficiency.{f}", getattr(eff, f))
     if float(eff.moe_imbalance) < 1:
         raise SpecError("efficiency.moe_imbalance", eff.moe_imbalance, "a factor >= 1")
-    for f in ("gemm_half_dim", "step_overhead_s", "memory_overhead_gb", "grouped_gemm_half_tokens"):
+    for f in (
+        "gemm_half_dim",
+        "step_overhead_s",
+        "memory_overhead_gb",
+        "grouped_gemm_half_tokens",
+        "cp_step_overhead_us",
+    ):
         positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
 
 

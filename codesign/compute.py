@@ -119,6 +119,30 @@ def _split(n, k, how, tp):
     return n, k
 
 
+def attention_core_time(mm_s, exp_s, eff: Efficiency, sm: Smoothing):
+    """Seconds of a fused attention core whose tensor-core work takes ``mm_s`` and whose
+    softmax exponentials take ``exp_s`` on the special-function units: their sum, less
+    ``softmax_overlap_eff`` of the shorter one (hidden behind the other), written
+    ``(1 - o) (mm + exp) + o max(mm, exp)`` so that a zero term stays exact when relaxed.
+
+    The exponential is the attention kernel's second bottleneck: an H100 SXM5 has 989 TFLOP/s
+    of 16-bit matmul but 3.9 T/s of exponentials, so at head dimension 128 the exponentials
+    take half the matmul's cycles (Shah et al. 2024, FlashAttention-3, arXiv:2407.08608,
+    Sec. 3.1); on Blackwell (GB200) the second batched GEMM waits for the softmax, and
+    Blackwell Ultra doubles the exponential throughput for that reason (NVIDIA technical blog,
+    "Making Softmax More Efficient with NVIDIA Blackwell Ultra", 2026).  FlashAttention-3
+    overlaps the two by warp-group ping-pong (ibid. Sec. 3.2).
+
+    >>> import codesign as cd
+    >>> from codesign.compute import attention_core_time
+    >>> eff = cd.Efficiency(softmax_overlap_eff=0.5)
+    >>> float(attention_core_time(2.0, 1.0, eff, cd.Smoothing()))
+    2.5
+    """
+    o = eff.softmax_overlap_eff
+    return (1.0 - o) * (mm_s + exp_s) + o * sm.max(mm_s, exp_s)
+
+
 def layer_times(
     model: Model,
     strategy: Strategy,
@@ -193,8 +217,15 @@ def layer_times(
     )
 
     qk, v = workload.attention_core_dims(m)
-    attn_flops = fr["attention"] * 2.0 * tokens * workload.attention_keys(m) * (qk + v) / st.tp
-    attention = safe_div(attn_flops, peak_half * eff.attention_eff)
+    keys = workload.attention_keys(m)
+    attn_flops = fr["attention"] * 2.0 * tokens * keys * (qk + v) / st.tp
+    attn_mm = safe_div(attn_flops, peak_half * eff.attention_eff)
+    # Softmax exponentials of the fused kernel: one per causal score (half the counted keys),
+    # forward and again in the backward (which recomputes P); on the special-function units.
+    exps = st.flash_attention * fr["attention"] * tokens * m.heads / st.tp * keys / 2.0
+    attn_exp = safe_div(exps, system.accelerator.exp_tera_per_s * 1e12)
+    attention = attention_core_time(attn_mm, attn_exp, eff, sm)
+    attention_bwd = attention_core_time(eff.backward_factor * attn_mm, attn_exp, eff, sm)
     # MoE routing: dispatch and combine each read and write the tokens' 16-bit slots in HBM
     # (permute, un-permute), times moe_permute_factor (router softmax/top-k, padding, the
     # unfused reality of real dispatchers; calibrated).
@@ -221,6 +252,7 @@ def layer_times(
     return {
         "gemm": gemm,
         "attention": attention,
+        "attention_bwd": attention_bwd,
         "elementwise": elementwise,
         "score_elementwise": score_elementwise,
         "layernorm": traffic * tokens * 2.0 * (1.0 + fr["mlp"]) * h,

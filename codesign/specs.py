@@ -32,6 +32,7 @@ from codesign.checks import (
     plausibility_warnings,
     positive,
 )
+from codesign.efficiency import Efficiency
 from codesign.goodput import Reliability
 from codesign.pricing import Pricing
 
@@ -185,6 +186,11 @@ class Accelerator:
     host_link_gbps: float = 0.0
     """Bandwidth to host memory, GB/s per accelerator per direction (PCIe Gen5 x16: 64; the
     NVLink-C2C of a Grace superchip: more); 0 (the default): not given, no offloading."""
+    exp_tera_per_s: float = 0.0
+    """Exponentials per second of the special-function units (``MUFU.EX2``), 10^12/s: the
+    softmax of a fused attention kernel runs on them, not on the tensor cores
+    (:func:`codesign.compute.attention_core_time`).  0 (the default): not given, attention
+    costs its tensor-core time only."""
     ref_hbm_gb: float = 0.0
     """The listed HBM capacity at which ``price_usd`` and ``power_w`` hold (catalog presets
     set every ``ref_*``); a design that moves ``hbm_gb`` pays the marginal price of
@@ -345,112 +351,6 @@ class Strategy:
     outer_overlap: float = 0.0
     """Fraction (0..1) of the next ``H`` steps' compute the outer reduction may hide behind
     (streaming / overlapped DiLoCo, Douillard et al. 2025, arXiv:2501.18512); 0: it blocks."""
-
-
-@struct.dataclass(kw_only=True)
-class Efficiency:
-    """Named efficiency parameters: achieved rates are not peak rates.
-
-    These are the parameters the calibration fits (issue: calibration).  Defaults are
-    round values typical of Megatron-LM on NVIDIA GPUs.
-
-    * GEMMs run at ``gemm_max * d / (d + gemm_half_dim)`` of peak, where
-      ``d = 1 / (1/m + 1/n + 1/k)`` is the GEMM's arithmetic intensity after sharding (FLOP per
-      byte of 16-bit operands moved; a saturating roofline-style curve: small or skinny GEMMs under-fill
-      the machine and are bandwidth bound).
-    * Fused attention runs at ``attention_eff`` of peak.
-    * Memory-bound element-wise work moves ``elementwise_traffic`` times the bytes of the
-      activations it produces at ``hbm_eff`` of HBM bandwidth; the optimizer moves
-      ``optimizer_bytes_per_param`` bytes per local parameter (Adam with fp32 master
-      weights: read param, grad, m, v; write param, m, v, half copy).
-    * Overlap efficiencies give the fraction of overlappable compute that actually hides
-      communication.
-    * The backward pass of the GEMMs and attention takes ``backward_factor`` times their
-      forward time: 2 by FLOP count (Narayanan et al. 2021 Sec. 3.5), more in practice
-      because weight- and data-gradient GEMMs and the attention backward run less
-      efficiently than the forward kernels.
-    * MoE layers move their dispatched tokens through HBM (permute and un-permute, forward
-      and backward) and the busiest expert rank takes ``moe_imbalance`` (>= 1) times the
-      balanced expert time (routing is never perfectly balanced; Fedus et al. 2021's
-      capacity factor).
-    * A full recomputation re-runs each layer's forward pass in ``recompute_factor`` times its
-      forward time: 1 by construction (Korthikanti et al. 2022 Sec. 5 count it as one extra
-      forward), calibrated per software stack because frameworks differ in what their
-      checkpointing re-runs and how well it overlaps (PyTorch FSDP activation checkpointing
-      in MosaicML's llm-foundry measures well below one forward pass).
-    """
-
-    gemm_max: float = 0.80
-    """Fraction of dense peak that large GEMMs reach.  Estimate: large BF16 cuBLAS GEMMs reach
-    roughly 70-85 % of dense peak on A100/H100 (NVIDIA, "Matrix Multiplication Background"
-    user guide); calibrated per accelerator and stack in ``codesign/hardware/efficiency.toml``."""
-    gemm_half_dim: float = 96.0
-    """Arithmetic intensity (FLOP/byte) at which a GEMM reaches half of ``gemm_max``.
-    Estimate (the curve's knee, near the A100/H100 machine balance); calibrated."""
-    attention_eff: float = 0.55
-    """Fraction of half-precision peak of fused attention.  Source: FlashAttention-2 reaches
-    50-73 % of peak on A100 (Dao 2023, arXiv:2307.08691, Sec. 4.1); calibrated."""
-    hbm_eff: float = 0.80
-    """Fraction of HBM bandwidth that memory-bound kernels achieve.  Estimate (STREAM-like
-    copies reach 80-90 % of HBM peak on A100/H100); calibrated."""
-    elementwise_traffic: float = 2.0
-    """Bytes moved per byte of stored activation by element-wise work: one read and one
-    write (by construction)."""
-    optimizer_bytes_per_param: float = 34.0
-    """HBM bytes per local parameter of the optimizer step: Adam with fp32 master weights reads
-    param, grad, m and v (16), writes param, m and v (12) and the 16-bit copy (2), and the
-    global-norm gradient clipping reads the gradients once more (4): 34 (a count)."""
-    dp_overlap_eff: float = 0.8
-    """Fraction of the overlap window that hides data-parallel communication.  Estimate;
-    calibrated."""
-    tp_overlap_eff: float = 0.8
-    """Fraction of tensor-parallel communication hidden when TP-comm overlap is on.  Estimate."""
-    cp_overlap_eff: float = 0.9
-    """Fraction of attention time that hides the context-parallel K/V exchange.  Estimate
-    (ring attention overlaps the exchange with blockwise attention, Liu et al. 2023)."""
-    p2p_overlap_eff: float = 0.0
-    """Fraction of steady-state pipeline send/receive hidden behind compute.  0: none, the
-    conservative choice (an estimate); calibrated."""
-    step_overhead_s: float = 0.0
-    """Fixed time per step (launch, synchronization, data loading), s.  0 until calibrated."""
-    memory_overhead_gb: float = 2.0
-    """Fixed memory per accelerator (CUDA context, workspace, allocator fragmentation), GB.
-    Estimate."""
-    backward_factor: float = 2.0
-    """Backward time of GEMMs and attention over their forward time.  Source: 2 by FLOP
-    count (Narayanan et al. 2021, Sec. 3.5); calibrated."""
-    moe_imbalance: float = 1.0
-    """Busiest expert rank's time over the balanced time (>= 1).  1: perfect balance (by
-    construction); calibrated."""
-    recompute_factor: float = 1.0
-    """Time of a full recomputation over the forward pass.  Source: 1, one extra forward
-    (Korthikanti et al. 2022, Sec. 5); calibrated per software stack."""
-    ep_overlap_eff: float = 0.5
-    """Fraction of the expert-parallel all-to-all hidden behind another micro-batch's compute
-    when ``overlap_moe_comm`` is on.  Estimate; calibrated."""
-    offload_overlap_eff: float = 0.8
-    """Fraction of the activation offload/reload traffic hidden behind compute.  Estimate."""
-    grouped_gemm_eff: float = 1.0
-    """Efficiency of the experts' grouped GEMMs relative to a dense GEMM of the same shape.
-    1 (by construction); calibrated."""
-    grouped_gemm_half_tokens: float = 0.0
-    """Tokens per expert at which a grouped GEMM runs at half the efficiency of a dense GEMM of
-    its shape: the grouped kernel's per-expert tiles and launch are amortized over fewer rows
-    (the multiplier is ``t / (t + grouped_gemm_half_tokens)``).  0: no penalty beyond the
-    shape; calibrated."""
-    cpu_optimizer_gbps: float = 40.0
-    """Host-memory bandwidth per accelerator available to a CPU-offloaded optimizer step, GB/s
-    (it moves ``optimizer_bytes_per_param`` per parameter).  Estimate: a dual-socket host's
-    ~300-400 GB/s of DRAM bandwidth shared by 8 accelerators, derated for Adam's access."""
-    moe_permute_factor: float = 1.0
-    """HBM traffic of MoE routing (router, permutation and un-permutation of the dispatched
-    tokens) over its minimal count.  1 (by construction); calibrated."""
-    ssd_eff: float = 0.25
-    """Fraction of half-precision peak of the chunked Mamba-2 SSD scan.  Estimate: the SSD
-    kernels are batched small matmuls (chunk x state, chunk x head dim, each <= 256) plus
-    memory-bound chunk-state passes; Dao & Gu 2024 (arXiv:2405.21060, Sec. 9.3) report SSD
-    2-8x faster than Mamba-1's scan and only matching FlashAttention-2 near 2K tokens, well
-    below fused attention's efficiency; calibrated."""
 
 
 # --------------------------------------------------------------------------------------

@@ -101,6 +101,21 @@ def test_step_monotone_in_peak_flops(s, k):
     assert float(r1.memory_gb["total"]) == float(r0.memory_gb["total"])
 
 
+@settings(max_examples=40, **SETTINGS)
+@given(s=strategies(max_tp=4, max_pp=2), k=hs.floats(1.001, 20.0), cp=hs.sampled_from([1, 2]))
+def test_step_monotone_in_exponential_throughput(s, k, cp):
+    """Faster special-function units (softmax exponentials) never slow a step, also with
+    context parallelism, whose K/V exchange hides behind the (then shorter) attention."""
+    model, tp, pp, dp, kw = s
+    cfg, r0 = evaluate_doc(doc(model, tp, pp, dp // cp, cp=cp, **kw))
+    a = cfg.system.accelerator
+    assert float(a.exp_tera_per_s) > 0
+    acc = dataclasses.replace(a, exp_tera_per_s=a.exp_tera_per_s * k)
+    sy = dataclasses.replace(cfg.system, accelerator=acc)
+    r1 = cd.evaluate(cfg.model, cfg.training, sy, cfg.strategy, cfg.efficiency)
+    assert float(r1.step_time_s) <= float(r0.step_time_s) * (1 + 1e-12)
+
+
 # ---- memory per accelerator never grows with tp or pp ----------------------------------
 
 

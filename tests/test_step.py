@@ -402,6 +402,15 @@ def links(cfg):
     ]
 
 
+def attention_core_by_hand(mm_s, exps, acc, eff):
+    """A fused attention core: tensor-core seconds ``mm_s`` and ``exps`` softmax exponentials
+    on the special-function units, the shorter part hidden up to ``softmax_overlap_eff``
+    (FlashAttention-3, arXiv:2407.08608, Sec. 3.1-3.2)."""
+    exp_s = exps / (float(acc.exp_tera_per_s) * 1e12)
+    o = float(eff.softmax_overlap_eff)
+    return (1 - o) * (mm_s + exp_s) + o * max(mm_s, exp_s)
+
+
 def test_example_time_terms_by_hand():
     """GPT-3 175B, 1024 A100-80GB, tp 8 pp 8 (v = 4) dp 16, b = 1, SP, selective, ZeRO-1,
     flash attention; every term from the documented formulas."""
@@ -426,15 +435,25 @@ def test_example_time_terms_by_hand():
         + g(tokens, 4 * h / tp, h)
         + g(tokens, h, 4 * h / tp)
     )
-    attention = 4 * tokens * s * h / tp / (peak * eff.attention_eff)
+    attention_mm = 4 * tokens * s * h / tp / (peak * eff.attention_eff)
+    # Softmax exponentials: one per causal score of the 96 heads, forward and backward.
+    exps = tokens * 96 / tp * s / 2
+    assert float(acc.exp_tera_per_s) > 0
+    attention = attention_core_by_hand(attention_mm, exps, acc, eff)
+    attention_bwd = attention_core_by_hand(eff.backward_factor * attention_mm, exps, acc, eff)
     elementwise = eff.elementwise_traffic * (34 * s * h / tp) / hbm  # Korthikanti: SP, flash
     logits = g(tokens, V / tp, h)
     # Softmax cross-entropy over the tokens x V/t logits: bf16 output + fp32 copy, memory bound.
     ce = eff.elementwise_traffic * 6 * tokens * V / tp / hbm
     t_fwd = lps * (gemm + attention + elementwise) + logits + ce
     assert math.isclose(b["forward"], n_mb * t_fwd, rel_tol=1e-12)
-    # Backward: backward_factor x GEMMs and attention, 2 x the element-wise traffic.
-    t_bwd = eff.backward_factor * (lps * (gemm + attention) + logits) + 2 * (lps * elementwise + ce)
+    # Backward: backward_factor x GEMMs and the attention's tensor-core part (the exponentials
+    # once more, to recompute P), 2 x the element-wise traffic.
+    t_bwd = (
+        eff.backward_factor * (lps * gemm + logits)
+        + lps * attention_bwd
+        + 2 * (lps * elementwise + ce)
+    )
     assert math.isclose(b["backward"], n_mb * t_bwd, rel_tol=1e-12)
     assert math.isclose(b["recompute"], n_mb * lps * attention, rel_tol=1e-12)
 
@@ -580,7 +599,8 @@ def test_context_parallel_comm_by_hand(recompute):
     """Llama 3 8B, tp 2 pp 2 dp 8 cp 2 with cp laid outermost (its 2 ranks in different
     nodes) and a slow 2 GB/s scale-out: each layer all-gathers K and V (2 x 2 bytes x b s kv/t)
     once forward and twice backward (AG + RS of the gradients), once more under full
-    recomputation, each hidden behind cp_overlap_eff of the layer's attention."""
+    recomputation, each hidden behind cp_overlap_eff of its pass's attention (half the
+    backward's for each of its two), plus cp - 1 ring steps' fixed cost per pass."""
     doc = small_doc(
         tp=2, pp=2, dp=8, cp=2, recompute=recompute, placement=["tp", "ep", "dp", "pp", "cp"]
     )
@@ -596,14 +616,23 @@ def test_context_parallel_comm_by_hand(recompute):
     s, q, kv, tp, cp, lps = 8192.0, 4096.0, 1024.0, 2.0, 2.0, 16.0
     S = 2 * 2 * s * kv / tp
     ag = a1 + 1 / 2 * S / b1
-    attention = 4 * (s / cp) * s * q / tp / (peak_half * eff.attention_eff)
-    exposed = max(ag - eff.cp_overlap_eff * attention, 0.0)
-    assert exposed > 0
+    mm = 4 * (s / cp) * s * q / tp / (peak_half * eff.attention_eff)
+    exps = (s / cp) * 32 / tp * s / 2
+    acc = cfg.system.accelerator
+    attention = attention_core_by_hand(mm, exps, acc, eff)
+    attention_bwd = attention_core_by_hand(eff.backward_factor * mm, exps, acc, eff)
+    # Forward (and recompute) all-gather behind the forward attention; the backward's AG and
+    # RS each behind half the backward attention.
+    fwd = max(ag - eff.cp_overlap_eff * attention, 0.0)
+    bwd = max(ag - eff.cp_overlap_eff * attention_bwd / 2, 0.0)
+    assert fwd > 0 and bwd > 0
+    # Each pass also pays cp - 1 ring steps' fixed cost.
+    steps = (cp - 1) * float(eff.cp_step_overhead_us) * 1e-6
+    assert steps > 0
     passes = 3 + (recompute == "full")
     n_mb = 512 / 8
-    assert math.isclose(
-        float(r.breakdown_s["cp_comm"]), n_mb * lps * passes * exposed, rel_tol=1e-12
-    )
+    per_layer = (passes - 2) * fwd + 2 * bwd + passes * steps
+    assert math.isclose(float(r.breakdown_s["cp_comm"]), n_mb * lps * per_layer, rel_tol=1e-12)
 
 
 @pytest.mark.parametrize("factor", [1.0, 0.7])
@@ -633,7 +662,12 @@ def test_full_recompute_by_hand(factor):
         + g(tokens, 4 * h / tp, h)
         + g(tokens, h, 4 * h / tp)
     )
-    attention = 4 * tokens * s_len * h / tp / (peak * eff.attention_eff)
+    attention = attention_core_by_hand(
+        4 * tokens * s_len * h / tp / (peak * eff.attention_eff),
+        tokens * 96 / tp * s_len / 2,
+        acc,
+        eff,
+    )
     elementwise = eff.elementwise_traffic * (34 * s_len * h / tp) / hbm
     assert math.isclose(
         b["recompute"], n_mb * lps * factor * (gemm + attention + elementwise), rel_tol=1e-12

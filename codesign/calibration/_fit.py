@@ -94,6 +94,7 @@ FRACTION_PARAMS = frozenset(
         "p2p_overlap_eff",
         "ep_overlap_eff",
         "grouped_gemm_eff",
+        "softmax_overlap_eff",
         TIER_EFFICIENCY,
     }
 )
@@ -111,6 +112,7 @@ POSITIVE_PARAMS = frozenset(
         "moe_permute_factor",
         "grouped_gemm_half_tokens",
         "recompute_factor",
+        "cp_step_overhead_us",
     }
 )
 """Positive parameters: ``exp`` reparametrization."""

@@ -64,7 +64,8 @@ def _accelerator_figures(t: dict) -> str:
         f"BF16/FP8/FP4 {tf('peak_tflops')}/{tf('peak_tflops_fp8')}/{tf('peak_tflops_fp4')} "
         f"TFLOP/s dense, HBM {float(t.get('hbm_gb', 0.0)):g} GB at "
         f"{float(t.get('hbm_tbps', 0.0)):g} TB/s, host link "
-        f"{float(t.get('host_link_gbps', 0.0)):g} GB/s"
+        f"{float(t.get('host_link_gbps', 0.0)):g} GB/s, exp "
+        + (f"{float(t['exp_tera_per_s']):g}e12/s" if float(t.get("exp_tera_per_s", 0)) else "-")
     )
 
 
