@@ -121,6 +121,7 @@ def parameters_of(cfg, groups=GROUPS, names=None) -> tuple[Parameter, ...]:
     add("system.accelerator.hbm_gb", f"{acc} HBM capacity (GB)", "hardware")
     add("system.accelerator.hbm_tbps", f"{acc} HBM bandwidth (TB/s)", "hardware")
     add("system.accelerator.host_link_gbps", f"{acc} host link (GB/s)", "hardware")
+    add("system.accelerator.exp_tera_per_s", f"{acc} softmax exponentials (1e12/s)", "hardware")
     for i in range(len(sy.tiers)):
         t = _tier_name(cfg, i)
         p = f"system.tiers[{i}]"
