@@ -15,8 +15,9 @@ parallelism) two backward all-gathers of the stored input shards, overlapped wit
 input-gradient GEMMs up to ``tp_overlap_eff``; context
 parallelism all-gathers K and V forward and all-gathers K, V and reduce-scatters their
 gradients backward, hidden behind the pass's attention up to ``cp_overlap_eff`` (ring
-attention, Liu et al. 2023), and pays ``cp_step_overhead_us`` per ring step; each MoE layer all-to-alls its tokens' ``top_k`` slots to the experts
-and back, forward and backward (Lepikhin et al. 2020).  Data parallelism all-reduces the
+attention, Liu et al. 2023), and pays ``cp_step_overhead_us`` per ring step; each MoE layer
+all-to-alls its tokens' ``top_k`` slots to the experts and back, forward and backward
+(Lepikhin et al. 2020).  Data parallelism all-reduces the
 gradients (ZeRO-0), reduce-scatters them and all-gathers the updated weights (ZeRO-1/2,
 Megatron's distributed optimizer), or does that for every micro-batch with two gathers
 (ZeRO-3/FSDP).  With ``overlap_dp`` on, up to ``dp_overlap_eff`` of one micro-batch's
@@ -264,12 +265,15 @@ def evaluate_unchecked(
     kv_width = mla * (qk + v) + (1.0 - mla) * 2.0 * kv  # K and V exchanged by ring attention
     kv_bytes = 2.0 * st.microbatch * m.seq_len * kv_width / st.tp
     cp_ag = coll.all_gather_time(kv_bytes, groups["cp"], sy, sm)
+
     # The forward all-gather (and its recomputation) hides behind the forward attention, the
     # backward's two (AG of K/V, RS of their gradients) behind half the backward attention
     # each; every pass also pays cp - 1 ring steps' fixed cost.
-    cp_fwd = sm.relu(cp_ag - eff.cp_overlap_eff * lt["attention"], scale=lt["attention"] + 1e-9)
-    half_bwd = 0.5 * lt["attention_bwd"]
-    cp_bwd = sm.relu(cp_ag - eff.cp_overlap_eff * half_bwd, scale=half_bwd + 1e-9)
+    def cp_exposed(window):
+        return sm.relu(cp_ag - eff.cp_overlap_eff * window, scale=window + 1e-9)
+
+    cp_fwd = cp_exposed(lt["attention"])
+    cp_bwd = cp_exposed(0.5 * lt["attention_bwd"])
     cp_steps = sm.relu(st.cp - 1.0, scale=1.0) * eff.cp_step_overhead_us * 1e-6
     t_cp = (1.0 + r[2] * phi) * cp_fwd + 2.0 * cp_bwd + (3.0 + r[2] * phi) * cp_steps
 

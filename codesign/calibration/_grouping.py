@@ -196,11 +196,11 @@ the lowest mean held-out error of the random splits).  ``cp_step_overhead_us`` (
 of a ring-attention step) leaves the held-out errors unchanged (dense 5.2 %, MoE 9.3 -> 9.4 %,
 Megatron-Bridge Blackwell by container 17.5 %) and is weakly identified (only cp 2 rows carry
 it), but without it the model prices cp 8 or 16 at 4k-8k tokens as free, which the tuned
-recipes contradict (``experiments/recipe_regret.py``); ``softmax_overlap_eff`` is not fitted:
-fitted (0.74) it changed no held-out figure by more than 0.4 points.  ``recompute_factor`` is not fitted: a
-full recomputation costs one forward pass (Korthikanti et al. 2022 Sec. 5); fitting it raised
-the mean held-out error (4.65 against 4.48 %) and Korthikanti's largest held-out error (9.6
-against 3.8 %)."""
+recipes contradict (``experiments/recipe_regret.py``).  ``softmax_overlap_eff`` is not
+fitted: fitted (0.74) it changed no held-out figure by more than 0.4 points.
+``recompute_factor`` is not fitted: a full recomputation costs one forward pass (Korthikanti et
+al. 2022 Sec. 5); fitting it raised the mean held-out error (4.65 against 4.48 %) and
+Korthikanti's largest held-out error (9.6 against 3.8 %)."""
 
 CALIBRATION_START = {
     "step_overhead_s": 0.05,

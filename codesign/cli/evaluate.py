@@ -56,16 +56,15 @@ with ``--sources``)."""
 def _accelerator_figures(t: dict) -> str:
     """The key figures of an accelerator preset on one line (dense TFLOP/s; 0 = unsupported)."""
 
-    def tf(key: str) -> str:
+    def tf(key: str, fmt: str = "{:,.0f}") -> str:
         v = float(t.get(key, 0.0))
-        return f"{v:,.0f}" if v > 0 else "-"
+        return fmt.format(v) if v > 0 else "-"
 
     return (
         f"BF16/FP8/FP4 {tf('peak_tflops')}/{tf('peak_tflops_fp8')}/{tf('peak_tflops_fp4')} "
         f"TFLOP/s dense, HBM {float(t.get('hbm_gb', 0.0)):g} GB at "
         f"{float(t.get('hbm_tbps', 0.0)):g} TB/s, host link "
-        f"{float(t.get('host_link_gbps', 0.0)):g} GB/s, exp "
-        + (f"{float(t['exp_tera_per_s']):g}e12/s" if float(t.get("exp_tera_per_s", 0)) else "-")
+        f"{float(t.get('host_link_gbps', 0.0)):g} GB/s, exp {tf('exp_tera_per_s', '{:g}e12/s')}"
     )
 
 
