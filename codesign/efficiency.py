@@ -80,8 +80,10 @@ class Efficiency:
     ~0.3 GFLOP, under a microsecond of tensor-core time).  0 (the class default): none;
     calibrated."""
     p2p_overlap_eff: float = 0.0
-    """Fraction of steady-state pipeline send/receive hidden behind compute.  0: none, the
-    conservative choice (an estimate); calibrated."""
+    """Fraction of the steady-state pipeline send/receive hidden behind compute under the
+    interleaved schedule (``interleave > 1``, Megatron-Core's ``overlap_p2p_comm``); at
+    ``interleave = 1`` none is hidden whatever this value.  0: none, the conservative choice
+    (an estimate); calibrated."""
     step_overhead_s: float = 0.0
     """Fixed time per step (launch, synchronization, data loading), s.  0 until calibrated."""
     memory_overhead_gb: float = 2.0

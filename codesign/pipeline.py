@@ -34,7 +34,11 @@ the factor of Korthikanti et al. 2022, Sec. 4.2.3.
 across each of the ``v`` chunk boundaries of a rank, ``b s h / (t cp)`` half-precision elements
 each (the scatter/gather optimization of Sec. 4.1 splits them over the tensor-parallel
 ranks).  The ``p - 1`` transfers of the warm-up and cool-down are on the critical path; of the
-steady-state ones, the fraction ``1 - p2p_overlap_eff`` is exposed.
+steady-state ones, the fraction ``1 - p2p_overlap_eff`` is exposed under the interleaved
+schedule (``v > 1``) and all of them at ``v = 1``: Megatron-Core overlaps the steady-state
+send/receive with compute only in the interleaved schedule (``overlap_p2p_comm``); without
+virtual stages it batches them and waits (``batch_p2p_comm``), the rule Megatron-Bridge's
+``training/comm_overlap.py`` and NeMo's comm-overlap callback apply.
 """
 
 from __future__ import annotations

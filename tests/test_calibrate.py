@@ -31,15 +31,21 @@ from codesign.calibration import (
 )
 from codesign.calibration._dataset import make_splits
 from codesign.calibration._fit import (
+    FRACTION_PARAMS,
     ape_pct,
     calibrate,
     from_unconstrained,
     predict_step_times,
     to_unconstrained,
 )
-from codesign.calibration._grouping import STACK_FALLBACK, fallback_chain
+from codesign.calibration._grouping import (
+    CALIBRATION_START,
+    DEFAULT_PARAMS,
+    STACK_FALLBACK,
+    fallback_chain,
+)
 from codesign.calibration._rows import STACK_OF_SOURCE
-from codesign.calibration._stats import TARGETS, ErrorStats, HeldOut, pool_entries
+from codesign.calibration._stats import TARGETS, ErrorStats, HeldOut, pool_entries, unidentified
 
 RESULTS = Path(__file__).resolve().parent.parent / "experiments" / "results"
 
@@ -150,6 +156,68 @@ def test_unknown_parameter_is_rejected(synthetic):
     rows, t = synthetic
     with pytest.raises(ValueError, match="unknown calibration parameter"):
         calibrate(rows, t, cd.Efficiency(), ["memory_bandwidth"], steps=1)
+
+
+def _pipeline_rows() -> list:
+    """Deep interleaved pipelines of one or two layers per chunk over A100 nodes on HDR IB
+    (stages 8 ranks apart: every hop on IB), where the send/receive is a large share."""
+    rows = []
+    for seq, gb, vp in ((4096, 64, 2), (8192, 32, 4), (2048, 128, 2), (4096, 32, 4)):
+        doc = {
+            "model": {"preset": "llama3-8b", "seq_len": seq},
+            "training": {"global_batch": gb},
+            "system": {"accelerator": "a100-sxm4-80gb", "num_accelerators": 64},
+            "strategy": {"tp": 1, "pp": 8, "dp": 8, "interleave": vp},
+            "efficiency": {"preset": "uncalibrated"},
+        }
+        rows.append(cd.load_run_dict(doc))
+    return rows
+
+
+def test_fitted_fractions_start_where_their_gradient_can_move_them():
+    """A fraction started on its boundary sits 1e-3 inside it, where the sigmoid's slope leaves a
+    gradient that the prior outweighs: it never moves (p2p_overlap_eff and grouped_gemm_eff did
+    not, before their interior starts).  Every fraction the validation fits starts inside."""
+    for name in DEFAULT_PARAMS:
+        if name not in FRACTION_PARAMS or name == "tier_efficiency":
+            continue
+        start = CALIBRATION_START.get(name, getattr(cd.Efficiency(), name))
+        assert 0.05 <= start <= 0.95, (name, start)
+
+
+def test_p2p_overlap_moves_from_the_validation_start_and_not_from_the_boundary():
+    """Step times the model made with p2p_overlap_eff = 0.85.  Without a prior the fit from
+    the validation's start recovers it; with the validation's prior it moves toward it (the
+    prior keeps a value this weakly determined near its start), while from the old start of 0
+    (1e-3 inside the boundary) it never leaves 1e-3."""
+    rows = _pipeline_rows()
+    truth = dataclasses.replace(cd.Efficiency(), p2p_overlap_eff=0.85)
+    t = predict_step_times([c.specs()[:4] + (truth,) for c in rows], {})
+    start = CALIBRATION_START["p2p_overlap_eff"]
+
+    def fit(s0, prior):
+        f = calibrate(rows, t, {"p2p_overlap_eff": s0}, ["p2p_overlap_eff"], steps=300, prior=prior)
+        return f.values["p2p_overlap_eff"]["all"]
+
+    assert fit(start, 0.0) == pytest.approx(0.85, abs=0.01)
+    assert fit(start, 1e-4) > start + 0.1
+    assert fit(0.0, 1e-4) < 0.01
+
+
+def test_unidentified_lists_values_that_stayed_at_their_start():
+    res = {
+        "splits": [
+            {
+                "start": {"a": {"all": 0.5}, "b": {"all": 0.0}},
+                "values": {"a": {"all": 0.5001}, "b": {"all": 0.3}},
+            },
+            {
+                "start": {"a": {"all": 0.5}, "b": {"all": 0.0}},
+                "values": {"a": {"all": 0.4999}, "b": {"all": 0.001}},
+            },
+        ]
+    }
+    assert unidentified(res) == [("a", "all", 0.5)]
 
 
 # --------------------------------------------------------------------------------------

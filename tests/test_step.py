@@ -502,6 +502,30 @@ def test_example_time_terms_by_hand():
     assert math.isclose(float(r.step_time_s), sum(b.values()), rel_tol=1e-12)
 
 
+def test_pipeline_p2p_is_hidden_only_under_the_interleaved_schedule():
+    """Megatron-Core overlaps the steady-state send/receive with compute only with virtual
+    stages (overlap_p2p_comm; at vp = 1 batch_p2p_comm waits on them): p2p_overlap_eff hides
+    (1 - eff) of the n_mb v steady-state transfers at v = 4 and none at v = 1."""
+    cfg = example_config()
+    (_, _), (a1, b1) = links(cfg)
+    h, s, B, tp, pp, dp = 12288.0, 2048.0, 1536.0, 8.0, 8.0, 16.0
+    n_mb = B / dp
+    p2p_one = a1 + 2 * s * h / tp / b1
+
+    def p2p(v, o):
+        eff = cfg.efficiency.replace(p2p_overlap_eff=o)
+        st = cfg.strategy.replace(interleave=v)
+        return float(
+            report_of(dataclasses.replace(cfg, strategy=st, efficiency=eff)).breakdown_s["pp_p2p"]
+        )
+
+    for o in (0.0, 0.7):
+        assert math.isclose(
+            p2p(4.0, o), 2 * p2p_one * ((pp - 1) + (1 - o) * n_mb * 4), rel_tol=1e-12
+        )
+        assert math.isclose(p2p(1.0, o), 2 * p2p_one * ((pp - 1) + n_mb), rel_tol=1e-12)
+
+
 def test_moe_expert_parallel_terms_by_hand():
     """Mixtral 8x7B, 64 H100, tp 2 pp 2 dp 16 ep 8, SP, selective (no CP): the all-to-all of
     each MoE layer's top-2 slots (Lepikhin et al. 2020), 2 forward + 2 backward per layer;

@@ -28,12 +28,14 @@ from codesign.calibration._source_findings import (
 from codesign.calibration._stats import (
     LOOSE_RATIO,
     MEMORY_TARGET_PCT,
+    UNMOVED_REL,
     ZERO3_BYTES_PER_PARAM,
     ErrorStats,
     after_errors,
     family_stats,
     mapped_points,
     split_of_kind,
+    unidentified,
     weakly_identified,
     zero3_rows,
 )
@@ -42,6 +44,7 @@ from codesign.calibration._tables import fmt
 __all__ = [
     "Findings",
     "GenerationFinding",
+    "UnidentifiedFinding",
     "WeakValuesFinding",
     "Zero3Finding",
     "compute_findings",
@@ -211,6 +214,22 @@ class WeakValuesFinding:
         )
 
 
+@dataclass(frozen=True)
+class UnidentifiedFinding:
+    """Values that stayed at their start in every split: ``(name, label, start)``."""
+
+    values: tuple[tuple[str, object, float], ...]
+
+    def sentence(self) -> str:
+        return (
+            "Not identified by the data (the fitted value stayed within "
+            f"{100 * UNMOVED_REL:g} % of its start in every split): "
+            + "; ".join(f"{n}[{lab}] {v:.3g}" for n, lab, v in self.values)
+            + ".  No training row moves them (a software stack without rows of that kind), so "
+            "their presets carry the calibration's start values (an estimate, not a fit)."
+        )
+
+
 def _contradicted(res: dict) -> ContradictionFinding | None:
     allsp = split_of_kind(res, "all")
     rows = tuple(
@@ -246,6 +265,7 @@ class Findings:
     zero3: Zero3Finding | None
     contradicted: ContradictionFinding | None
     weak_values: WeakValuesFinding | None
+    unidentified: UnidentifiedFinding | None = None
 
     def sentences(self) -> list[str]:
         parts = (
@@ -256,6 +276,7 @@ class Findings:
             self.zero3,
             self.contradicted,
             self.weak_values,
+            self.unidentified,
         )
         return [f.sentence() for f in parts if f is not None] + [_memory_sentence()]
 
@@ -264,6 +285,7 @@ def compute_findings(res: dict) -> Findings:
     """The typed findings of a validation result (with its ``_dataset``)."""
     fam = family_stats(res)
     weak = weakly_identified(res)
+    unmoved = unidentified(res)
     return Findings(
         korthikanti=korthikanti_finding(res),
         dgxc=dgxc_finding(res, fam),
@@ -272,6 +294,7 @@ def compute_findings(res: dict) -> Findings:
         zero3=_zero3(res),
         contradicted=_contradicted(res),
         weak_values=WeakValuesFinding(tuple(weak)) if weak else None,
+        unidentified=UnidentifiedFinding(tuple(unmoved)) if unmoved else None,
     )
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "recompute_counterfactual",
     "split_of_kind",
     "target_for",
+    "unidentified",
     "weakly_identified",
     "zero3_rows",
 ]
@@ -91,6 +92,14 @@ forward and for the backward) and the fp16 gradients once (reduce-scatter): 2 + 
 
 LOOSE_RATIO = 1.5
 """A fitted value is weakly identified when it varies by more than this factor across splits."""
+
+UNMOVED_REL = 0.01
+"""A fitted value is not identified when it stays within this relative distance of its start in
+every split that fitted it (plus ``UNMOVED_ABS``)."""
+
+UNMOVED_ABS = 2e-3
+"""Absolute slack of :func:`unidentified`: a fraction started on its boundary (0 or 1) starts
+``1e-3`` inside it."""
 
 
 def target_for(group: str) -> Target | None:
@@ -281,6 +290,21 @@ def weakly_identified(
         vs = [v for v in fv.values if v is not None]
         if len(vs) > 1 and max(vs) / min(vs) > ratio:
             out.append((fv.name, fv.label, min(vs), max(vs)))
+    return out
+
+
+def unidentified(res: dict, rel: float = UNMOVED_REL) -> list[tuple[str, object, float]]:
+    """``(name, label, start)`` of every value that stayed within ``rel`` of its start in every
+    split that fitted it: no training row moves it (e.g. a stack with no pipeline-parallel row
+    leaves ``p2p_overlap_eff`` where it started), so its preset is the start, not a fit."""
+    out = []
+    for fv in fitted_values(res):
+        vs = [v for v in fv.values if v is not None]
+        if fv.start is None or not vs:
+            continue
+        tol = rel * abs(fv.start) + UNMOVED_ABS
+        if all(abs(v - fv.start) <= tol for v in vs):
+            out.append((fv.name, fv.label, fv.start))
     return out
 
 
