@@ -56,19 +56,24 @@ RESULTS = Path(__file__).resolve().parent.parent / "experiments" / "results"
 TRUE = {"gemm_max": 0.72, "attention_eff": 0.43}
 
 
+def _uncalibrated_run(seq: int, gb: int, accelerator: str, n: int, **strategy):
+    """A Llama 3 8B run at ``seq`` tokens, global batch ``gb``, uncalibrated efficiency."""
+    doc = {
+        "model": {"preset": "llama3-8b", "seq_len": seq},
+        "training": {"global_batch": gb},
+        "system": {"accelerator": accelerator, "num_accelerators": n},
+        "strategy": strategy,
+        "efficiency": {"preset": "uncalibrated"},
+    }
+    return cd.load_run_dict(doc)
+
+
 def _synthetic_rows() -> list:
     """A few H100 runs whose attention share differs (sequence 2k to 32k), uncalibrated."""
-    rows = []
-    for seq, tp, gb in ((2048, 1, 64), (8192, 2, 32), (32768, 4, 8), (4096, 8, 16)):
-        doc = {
-            "model": {"preset": "llama3-8b", "seq_len": seq},
-            "training": {"global_batch": gb},
-            "system": {"accelerator": "h100-sxm5-80gb", "num_accelerators": 8},
-            "strategy": {"tp": tp, "pp": 1, "dp": 8 // tp},
-            "efficiency": {"preset": "uncalibrated"},
-        }
-        rows.append(cd.load_run_dict(doc))
-    return rows
+    return [
+        _uncalibrated_run(seq, gb, "h100-sxm5-80gb", 8, tp=tp, pp=1, dp=8 // tp)
+        for seq, tp, gb in ((2048, 1, 64), (8192, 2, 32), (32768, 4, 8), (4096, 8, 16))
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -161,17 +166,10 @@ def test_unknown_parameter_is_rejected(synthetic):
 def _pipeline_rows() -> list:
     """Deep interleaved pipelines of one or two layers per chunk over A100 nodes on HDR IB
     (stages 8 ranks apart: every hop on IB), where the send/receive is a large share."""
-    rows = []
-    for seq, gb, vp in ((4096, 64, 2), (8192, 32, 4), (2048, 128, 2), (4096, 32, 4)):
-        doc = {
-            "model": {"preset": "llama3-8b", "seq_len": seq},
-            "training": {"global_batch": gb},
-            "system": {"accelerator": "a100-sxm4-80gb", "num_accelerators": 64},
-            "strategy": {"tp": 1, "pp": 8, "dp": 8, "interleave": vp},
-            "efficiency": {"preset": "uncalibrated"},
-        }
-        rows.append(cd.load_run_dict(doc))
-    return rows
+    return [
+        _uncalibrated_run(seq, gb, "a100-sxm4-80gb", 64, tp=1, pp=8, dp=8, interleave=vp)
+        for seq, gb, vp in ((4096, 64, 2), (8192, 32, 4), (2048, 128, 2), (4096, 32, 4))
+    ]
 
 
 def test_fitted_fractions_start_where_their_gradient_can_move_them():
