@@ -46,6 +46,7 @@ from codesign.calibration._grouping import (
 )
 from codesign.calibration._rows import STACK_OF_SOURCE
 from codesign.calibration._stats import TARGETS, ErrorStats, HeldOut, pool_entries, unidentified
+from codesign.config import _apply_stack, _preset
 
 RESULTS = Path(__file__).resolve().parent.parent / "experiments" / "results"
 
@@ -365,6 +366,18 @@ def test_presets_reproduce_the_all_rows_calibration():
         cfg = dataclasses.replace(cd.load_run_dict(doc), strategy=mapped.strategy)
         t = float(cd.evaluate(*cfg.specs()).step_time_s)
         assert math.isclose(t, after[rid], rel_tol=5e-3), (rid, t, after[rid])
+
+
+def test_presets_carry_the_documented_estimate_where_no_row_moved_the_value():
+    """A value that stayed at its start in every split (no row depends on it) is written to the
+    presets as codesign.Efficiency's estimate, not as the fit's start."""
+    res = json.loads((RESULTS / "validation.json").read_text())
+    preset = _preset("efficiency", "h100-sxm5-80gb", "efficiency.preset")
+    unmoved = [(n, lab) for n, lab, _ in unidentified(res) if lab.startswith("all/")]
+    assert unmoved, "the shipped validation has values no row identifies"
+    for name, lab in unmoved:
+        got = _apply_stack(preset, lab.removeprefix("all/"))[0][name]
+        assert got == getattr(cd.Efficiency(), name), (name, lab, got)
 
 
 # --------------------------------------------------------------------------------------

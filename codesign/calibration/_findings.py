@@ -226,7 +226,7 @@ class UnidentifiedFinding:
             f"{100 * UNMOVED_REL:g} % of its start in every split): "
             + "; ".join(f"{n}[{lab}] {v:.3g}" for n, lab, v in self.values)
             + ".  No training row moves them (a software stack without rows of that kind), so "
-            "their presets carry the calibration's start values (an estimate, not a fit)."
+            "their presets carry codesign.Efficiency's documented estimates, not a fit."
         )
 
 

@@ -22,6 +22,7 @@ from codesign.calibration._grouping import (
     fallback_chain,
     generation,
 )
+from codesign.calibration._stats import unidentified
 from codesign.config import catalog
 from codesign.specs import Efficiency
 
@@ -61,9 +62,20 @@ def _toml_value(v) -> str:
 
 
 def preset_tables(res: dict) -> dict:
-    """``{accelerator id: table}`` of calibrated efficiencies from the ``all`` split of ``res``."""
+    """``{accelerator id: table}`` of calibrated efficiencies from the ``all`` split of ``res``.
+
+    A value that no split moved from its start (:func:`~codesign.calibration._stats.unidentified`:
+    no row depends on it, e.g. the pipeline overlap of a stack without interleaved pipelines)
+    gets the documented estimate of :class:`codesign.Efficiency` instead of the fit's start."""
     sp = next(s for s in res["splits"] if s["kind"] == "all")
-    vals = sp["values"]
+    unmoved = {(n, lab) for n, lab, _ in unidentified(res) if hasattr(Efficiency(), n)}
+    vals = {
+        name: {
+            lab: (float(getattr(Efficiency(), name)) if (name, lab) in unmoved else v)
+            for lab, v in tab.items()
+        }
+        for name, tab in sp["values"].items()
+    }
     pts = res["points"]
     train = [p for p, t in zip(pts, sp["train"], strict=True) if t]
     by_source = {}
