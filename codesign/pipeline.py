@@ -73,9 +73,12 @@ def bubble_time(pp, interleave, per_microbatch_s):
     return (pp - 1.0) / interleave * per_microbatch_s
 
 
-def exposed_p2p_time(pp, interleave, num_mb, p2p_s, p2p_overlap_eff):
-    """Exposed send/receive time of one rank over a step (forward and backward)."""
-    return 2.0 * p2p_s * ((pp - 1.0) + (1.0 - p2p_overlap_eff) * num_mb * interleave)
+def exposed_p2p_time(pp, interleave, num_mb, p2p_s, p2p_overlap_eff, sm: Smoothing):
+    """Exposed send/receive time of one rank over a step (forward and backward); the
+    steady-state transfers are hidden up to ``p2p_overlap_eff`` only when ``interleave > 1``
+    (Megatron-Core's ``overlap_p2p_comm``; at ``v = 1`` it batches them and waits)."""
+    hidden = p2p_overlap_eff * sm.step(interleave - 1.0)
+    return 2.0 * p2p_s * ((pp - 1.0) + (1.0 - hidden) * num_mb * interleave)
 
 
 def _floor(x, sm: Smoothing):

@@ -314,10 +314,7 @@ def evaluate_unchecked(
     t_mb = t_fwd + t_bwd + t_rec + n_eff * (t_tp + t_cp + t_ep + t_off)
     bubble = pipeline.bubble_time(st.pp, st.interleave, t_mb)
     p2p_one = coll.p2p_time(2.0 * tokens * h / st.tp, groups["pp"], sy, sm)
-    # Megatron overlaps the steady-state transfers only under the interleaved schedule
-    # (overlap_p2p_comm needs virtual stages; at vp = 1 the sends are batched and waited on).
-    p2p_hidden = eff.p2p_overlap_eff * sm.step(st.interleave - 1.0)
-    p2p = pipeline.exposed_p2p_time(st.pp, st.interleave, n_mb, p2p_one, p2p_hidden)
+    p2p = pipeline.exposed_p2p_time(st.pp, st.interleave, n_mb, p2p_one, eff.p2p_overlap_eff, sm)
 
     # ---- data parallelism / ZeRO (the stage with the most parameters) --------------------
     sparams = [stage_params(m, st, sg[1], sg[2], sg[3]) for sg in stages]

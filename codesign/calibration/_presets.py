@@ -68,10 +68,11 @@ def preset_tables(res: dict) -> dict:
     no row depends on it, e.g. the pipeline overlap of a stack without interleaved pipelines)
     gets the documented estimate of :class:`codesign.Efficiency` instead of the fit's start."""
     sp = next(s for s in res["splits"] if s["kind"] == "all")
-    unmoved = {(n, lab) for n, lab, _ in unidentified(res) if hasattr(Efficiency(), n)}
+    estimate = Efficiency()
+    unmoved = {(n, lab) for n, lab, _ in unidentified(res) if hasattr(estimate, n)}
     vals = {
         name: {
-            lab: (float(getattr(Efficiency(), name)) if (name, lab) in unmoved else v)
+            lab: (float(getattr(estimate, name)) if (name, lab) in unmoved else v)
             for lab, v in tab.items()
         }
         for name, tab in sp["values"].items()
