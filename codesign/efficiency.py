@@ -87,8 +87,8 @@ class Efficiency:
     step_overhead_s: float = 0.0
     """Fixed time per step (launch, synchronization, data loading), s.  0 until calibrated."""
     memory_overhead_gb: float = 2.0
-    """Fixed memory per accelerator (CUDA context, workspace, allocator fragmentation), GB.
-    Estimate."""
+    """Fixed memory per accelerator (CUDA context, workspace, allocator fragmentation), GB
+    (2^30 bytes, :data:`codesign.memory.GB`).  Estimate."""
     backward_factor: float = 2.0
     """Backward time of GEMMs and attention over their forward time.  Source: 2 by FLOP
     count (Narayanan et al. 2021, Sec. 3.5); calibrated."""

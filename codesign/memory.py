@@ -73,6 +73,7 @@ from codesign.smoothing import Smoothing
 from codesign.specs import Efficiency, Model, Strategy, precision_family
 
 __all__ = [
+    "GB",
     "activation_bytes_per_token_layer",
     "layer_activation_bytes",
     "stage_memory_bytes",
@@ -80,6 +81,16 @@ __all__ = [
 ]
 
 MEMORY_TERMS = ("weights", "gradients", "optimizer", "activations", "buffers")
+
+GB = float(2**30)
+"""Bytes in the GB of memory capacities and footprints (``hbm_gb``, ``memory_gb``,
+``memory_overhead_gb``): the binary gigabyte (GiB) in which HBM is built and sold.  A stack
+holds a power of two of bytes (an HBM3 8-high stack of 16 Gbit dies: 16 x 2^30), so an
+"80 GB" H100 has 80 x 2^30 = 85.9e9 bytes, of which ``nvidia-smi`` reports 81,559 MiB
+(85.5e9 bytes) as its total; likewise A100 40 GB: 40,536 MiB, H200 141 GB: 143,771 MiB,
+B200 180 GB: 183,359 MiB (each 99-99.6 % of the listed figure in GiB; the rest is reserved by
+the driver).  Read as 1e9 bytes, every capacity would be 7 % too small.  Bandwidths
+(``_gbps``, ``_tbps``) stay decimal (1e9 and 1e12 bytes per second), as vendors give them."""
 
 WEIGHT_CACHE_BYTES = {"half": 0.0, "fp8": 2.0, "fp4": 1.125}
 """Bytes per parameter of the quantized weights that FP8/FP4 training keeps for the step:
@@ -255,7 +266,7 @@ def stage_memory_bytes(
     logits_buf = logits * 4.0 * tokens * model.vocab / st.tp
     layer_params = params_local.get("per_layer", (pd + pe) / jnp.maximum(n, 1.0))
     zero3_prefetch = shard_w * 2.0 * 2.0 * layer_params
-    buffers = sp_gather + logits_buf + zero3_prefetch + eff.memory_overhead_gb * 1e9
+    buffers = sp_gather + logits_buf + zero3_prefetch + eff.memory_overhead_gb * GB
     total = weights + grads + optimizer + activations + buffers
     return {
         "weights": weights,

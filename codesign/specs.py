@@ -3,8 +3,9 @@
 Every number is a dynamic float leaf (counts too: 7e10 parameters overflows int32), so
 ``jax.jit`` compiles once, ``jax.vmap`` sweeps any field and ``jax.grad`` differentiates any
 field.  Only what changes the traced program is static (the precision, the pipeline
-schedule is implied by ``interleave``).  Units are in the names: ``_gb`` (1e9 bytes),
-``_gbps`` (GB/s per accelerator per direction), ``_tbps`` (TB/s), ``_us``, ``_w``, ``_usd``.
+schedule is implied by ``interleave``).  Units are in the names: ``_gb`` (memory, in the binary
+gigabytes HBM is listed in, 2^30 bytes: :data:`codesign.memory.GB`), ``_gbps`` (GB/s, 1e9
+bytes per second, per accelerator per direction), ``_tbps`` (TB/s), ``_us``, ``_w``, ``_usd``.
 
 Discrete choices that the relaxed model treats softly (recompute, ZeRO stage, placement) are
 stored as dynamic arrays: ``recompute`` and ``zero`` as one-hot weight vectors over their
@@ -180,6 +181,8 @@ class Accelerator:
     """Dense FP4 (NVFP4/MXFP4) peak, TFLOP/s; 0 (the default) when unsupported or not given,
     which only an FP4 run rejects."""
     hbm_gb: float
+    """HBM capacity per accelerator as the vendor lists it, in binary GB (2^30 bytes; an
+    "80 GB" H100 holds 85.9e9 bytes: :data:`codesign.memory.GB`)."""
     hbm_tbps: float
     power_w: float
     price_usd: float

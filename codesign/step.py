@@ -80,7 +80,8 @@ BREAKDOWN_KEYS = (
 class Report:
     """Everything the model says about one step (a pytree of arrays).
 
-    Times in seconds, memory in GB (1e9 bytes) per accelerator, costs in US dollars.
+    Times in seconds, memory in GB per accelerator (binary, 2^30 bytes, as HBM capacities are
+    listed: :data:`codesign.memory.GB`), costs in US dollars.
     ``breakdown_s`` sums to ``step_time_s``; ``memory_gb["total"]`` is the sum of the other
     memory terms; ``fits`` is ``memory_gb["total"] <= hbm_gb``.
     """
@@ -407,7 +408,7 @@ def evaluate_unchecked(
         mm["total"] = mm["total"] + outer_state
     mw = sm.argmax_weights(*[mm["total"] for mm in mems])
     memory_gb = {
-        k: sum(wi * mm[k] for wi, mm in zip(mw, mems, strict=True)) / 1e9 for k in MEMORY_KEYS
+        k: sum(wi * mm[k] for wi, mm in zip(mw, mems, strict=True)) / memory.GB for k in MEMORY_KEYS
     }
     fits = memory_gb["total"] <= sy.accelerator.hbm_gb
 

@@ -457,7 +457,12 @@ def study_codesign(lines, problem_path):
         f"${opt.exact_objective / 1e6:.2f}M "
         f"({100 * (opt.exact_objective / res.best_values[0] - 1):+.2f} %) in {t_opt:.0f} s "
         "(compilation included). The link the co-design buys is far below what the buildings' "
-        "own fabric carries: data parallelism crosses, reduced inside each building first.",
+        "own fabric carries: "
+        + (
+            "data parallelism crosses, reduced inside each building first."
+            if crosses == "dp"
+            else "the pipeline crosses, sending only each stage boundary's activations."
+        ),
         "",
     ]
 

@@ -200,8 +200,8 @@ print(
 )
 
 # %% [markdown]
-# With Meta's layout, each GB of HBM saves about four times what it costs, until about
-# 86 GB, where nothing is recomputed any more. `experiments/sensitivity_study.py` adds the
+# With Meta's layout, each GB of HBM saves about five times what it costs, until about
+# 80 GB, where nothing is recomputed any more. `experiments/sensitivity_study.py` adds the
 # envelope (the whole strategy re-optimized) and the cost curve against capacity;
 # `codesign sensitivity RUN.toml --reoptimize` prints all of it for any run file.
 

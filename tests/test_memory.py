@@ -205,7 +205,7 @@ def test_pipeline_activations_and_buffers(pp, v, n_mb, recompute):
     if recompute == "full":
         expected += none
     assert close(out["activations"], expected)
-    buffers = 2 * s * b * h + 4 * s * b * V / t + eff.memory_overhead_gb * 1e9
+    buffers = 2 * s * b * h + 4 * s * b * V / t + eff.memory_overhead_gb * memory.GB
     assert close(out["buffers"], buffers)
 
 
@@ -235,19 +235,19 @@ def test_example_memory_by_hand():
     pd = (l / pp) * (12 * h**2 + 2 * h) / tp + V * h / tp
     lp = local_params(cfg.model, cfg.strategy, EXACT)
     assert close(lp["dense"], pd) and float(lp["expert"]) == 0.0
-    assert close(r.memory_gb["weights"], 2 * pd / 1e9)
-    assert close(r.memory_gb["gradients"], 4 * pd / 1e9)
-    assert close(r.memory_gb["optimizer"], 12 * pd / dp / 1e9)  # ZeRO-1
+    assert close(r.memory_gb["weights"], 2 * pd / memory.GB)
+    assert close(r.memory_gb["gradients"], 4 * pd / memory.GB)
+    assert close(r.memory_gb["optimizer"], 12 * pd / dp / memory.GB)  # ZeRO-1
     # Selective recompute + SP: 34 s b h / t per layer (flash attention, dropout), L layers in
     # flight on the first stage, interleaving factor 1 + (p-1)/(p v).
     n_mb = 1536 / (dp * b)
     act = 34 * s * b * h / tp * (l / pp) * min(pp, n_mb) * (1 + (pp - 1) / (pp * v))
-    assert close(r.memory_gb["activations"], act / 1e9)
+    assert close(r.memory_gb["activations"], act / memory.GB)
     # The first stage needs the most memory (it holds the most micro-batches); the fp32
     # logits buffer lives on the last stage only.
     assert float(r.memory_stage) == 0.0
-    buffers = 2 * s * b * h + cfg.efficiency.memory_overhead_gb * 1e9
-    assert close(r.memory_gb["buffers"], buffers / 1e9)
+    buffers = 2 * s * b * h + cfg.efficiency.memory_overhead_gb * memory.GB
+    assert close(r.memory_gb["buffers"], buffers / memory.GB)
     terms = sum(
         float(r.memory_gb[k])
         for k in ("weights", "gradients", "optimizer", "activations", "buffers")

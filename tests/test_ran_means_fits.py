@@ -46,3 +46,19 @@ def test_published_runs_fit_in_memory():
     assert set(over) <= set(KNOWN_OVERSHOOT), sorted(set(over) - set(KNOWN_OVERSHOOT))
     for k, v in over.items():
         assert v <= KNOWN_OVERSHOOT[k], (k, v)
+
+
+def test_hbm_capacity_is_in_binary_gigabytes():
+    """NVIDIA's DGX Cloud Llama 3.1 8B BF16 recipe runs at the same per-GPU speed on 8 H100s
+    (12.78 s) as on 16 (12.99 s), so it recomputes nothing extra on 8; its model footprint
+    without recomputation lies between 80e9 bytes and the 80 x 2^30 = 85.9e9 of an "80 GB"
+    H100 (``nvidia-smi``: 81,559 MiB).  Read in binary GB it fits as published; read in decimal
+    GB it would not, and the mapping would assume a recomputation the run never paid."""
+    assert cd.memory.GB == 2.0**30
+    row = next(r for r in load_all_rows() if r["id"] == "dgxc_llama31_8b_h100_BF16_8_v25.02")
+    cfg, notes = row_to_config(row)
+    assert "ASSUMED recompute" not in notes, notes
+    r = cd.evaluate(*cfg.specs())
+    footprint_bytes = float(r.memory_gb["total"]) * cd.memory.GB
+    assert 80e9 < footprint_bytes <= 80 * 2.0**30
+    assert bool(r.fits)

@@ -7,7 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from codesign import pipeline
+from codesign import memory, pipeline
 from codesign.collectives import tier_bytes_per_s
 from codesign.compute import peak_flops
 from codesign.cost import CLUSTER_COST_KEYS, cluster_cost, to_train
@@ -69,10 +69,13 @@ def site_parts(job: Sites, i: int, share, sm: Smoothing) -> dict:
         # bytes per local parameter (weights, gradients and optimizer state).
         mg, pr = r.memory_gb, r.params
         per_param = safe_div(
-            (mg["weights"] + mg["gradients"] + mg["optimizer"]) * 1e9,
+            (mg["weights"] + mg["gradients"] + mg["optimizer"]) * memory.GB,
             pr["local_dense"] + pr["local_expert"],
         )
-        mem = mem + per_param * job.model.vocab * job.model.hidden / job.sites[0].strategy.tp / 1e9
+        mem = (
+            mem
+            + per_param * job.model.vocab * job.model.hidden / job.sites[0].strategy.tp / memory.GB
+        )
     return {
         "step": r.step_time_s,
         "per_mb": safe_div(sum(b[k] for k in inside), n_mb),
