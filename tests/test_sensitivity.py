@@ -268,18 +268,21 @@ def test_shadow_price_at_a_kink_gives_both_sides():
     # Efficiencies pinned (the H100 preset of 2026-11-30) so that the optimum sits on the
     # kink whatever later calibrations do: where the kink lies depends on how long a layer's
     # compute hides the host-link traffic.  For the same reason the softmax exponentials
-    # are left out (exp_tera_per_s = 0), as in that preset's model.
+    # are left out (exp_tera_per_s = 0), as in that preset's model, and the HBM and the fixed
+    # overhead are pinned at that model's bytes, 80e9 and 2e9 (74.5 and 1.86 binary GB:
+    # codesign.memory.GB).
     eff = {
         "preset": "uncalibrated", "gemm_max": 0.7551, "gemm_half_dim": 294.9,
         "attention_eff": 0.5541, "hbm_eff": 0.7846, "backward_factor": 1.7,
         "recompute_factor": 0.7922, "dp_overlap_eff": 0.9125, "tp_overlap_eff": 0.1477,
+        "memory_overhead_gb": 2e9 / cd.memory.GB,
     }  # fmt: skip
     cfg = cd.load_run_dict(
         {
             "model": {"preset": "llama3-8b"},
             "training": {"global_batch": 512, "tokens": 1e12},
             "system": {"accelerator": "h100-sxm5-80gb", "num_accelerators": 64}
-            | {"exp_tera_per_s": 0.0},
+            | {"exp_tera_per_s": 0.0, "hbm_gb": 80e9 / cd.memory.GB},
             "strategy": {"tp": 1, "pp": 1, "dp": 64, "zero": 1, "recompute": "full"}
             | {"recompute_fraction": 0.5},
             "efficiency": eff,
