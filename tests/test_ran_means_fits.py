@@ -60,5 +60,5 @@ def test_hbm_capacity_is_in_binary_gigabytes():
     assert "ASSUMED recompute" not in notes, notes
     r = cd.evaluate(*cfg.specs())
     footprint_bytes = float(r.memory_gb["total"]) * cd.memory.GB
-    assert 80e9 < footprint_bytes <= 80 * 2.0**30
+    assert 80e9 < footprint_bytes <= 80 * cd.memory.GB
     assert bool(r.fits)

@@ -7,7 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from codesign import memory, pipeline
+from codesign import pipeline
 from codesign.collectives import tier_bytes_per_s
 from codesign.compute import peak_flops
 from codesign.cost import CLUSTER_COST_KEYS, cluster_cost, to_train
@@ -66,16 +66,13 @@ def site_parts(job: Sites, i: int, share, sm: Smoothing) -> dict:
     mem = r.memory_gb["total"]
     if job.across == "pp" and i == 0 and len(job.sites) > 1:
         # The input embedding (vocab-parallel over tp) on the first site, at the site's
-        # bytes per local parameter (weights, gradients and optimizer state).
+        # memory per local parameter (weights, gradients and optimizer state).
         mg, pr = r.memory_gb, r.params
-        per_param = safe_div(
-            (mg["weights"] + mg["gradients"] + mg["optimizer"]) * memory.GB,
+        gb_per_param = safe_div(
+            mg["weights"] + mg["gradients"] + mg["optimizer"],
             pr["local_dense"] + pr["local_expert"],
         )
-        mem = (
-            mem
-            + per_param * job.model.vocab * job.model.hidden / job.sites[0].strategy.tp / memory.GB
-        )
+        mem = mem + gb_per_param * job.model.vocab * job.model.hidden / job.sites[0].strategy.tp
     return {
         "step": r.step_time_s,
         "per_mb": safe_div(sum(b[k] for k in inside), n_mb),
