@@ -42,7 +42,9 @@ from codesign.calibration._grouping import (
     CALIBRATION_START,
     DEFAULT_PARAMS,
     STACK_FALLBACK,
+    borrowed_labels,
     fallback_chain,
+    resolved_groups,
 )
 from codesign.calibration._rows import STACK_OF_SOURCE
 from codesign.calibration._stats import TARGETS, ErrorStats, HeldOut, pool_entries, unidentified
@@ -463,3 +465,24 @@ def test_every_stack_of_the_data_is_a_selectable_stack():
     for st, chain in STACK_FALLBACK.items():
         assert st not in chain and set(chain) <= stacks
     assert fallback_chain("a100/megatron")[:1] == ("a100/megatron-2021",)
+
+
+def test_borrowed_labels_name_each_value_a_row_takes_from_another_label():
+    # Row 0 has its own fitted labels; row 1 is a GB300 FP8 row of a fit without GB300 rows
+    # (its GEMM label falls back along LABEL_FALLBACK, its scale-out fabric kind is fitted);
+    # row 2's GEMM label has no fitted label in its chain (None: it keeps its own value).
+    groups = {
+        "gemm_max": ["h100-fp8/bridge", "blackwell-ultra-fp8/bridge", "tpu-v5p/bridge"],
+        "tier_efficiency": [("scale-up", "scale-out")] * 2 + [("scale-up", "cross-site")],
+    }
+    values = {
+        "gemm_max": {"h100-fp8/bridge": 0.8, "blackwell-fp8/bridge": 0.6},
+        "tier_efficiency": {"scale-up": 0.95, "scale-out": 0.9},
+    }
+    rg = resolved_groups(groups, values)
+    assert borrowed_labels(groups, rg) == [
+        [],
+        ["gemm_max blackwell-ultra-fp8/bridge <- blackwell-fp8/bridge"],
+        ["gemm_max tpu-v5p/bridge <- None", "tier_efficiency cross-site <- None"],
+    ]
+    assert borrowed_labels({}, {}) == []

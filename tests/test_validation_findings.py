@@ -285,3 +285,47 @@ def test_frontier_table_is_the_held_out_error(res):
         if p["excluded"] is None
     )
     assert over[2].startswith(f"{n} of ")
+
+
+def test_container_target_is_split_by_borrowed_values(res, facts):
+    """The container split's ``borrowed`` record follows from its fitted labels: a row borrows
+    exactly when one of its grouped parameters' own labels (from the mapped data set) is not
+    among the split's fitted labels; the two parts partition the target's rows."""
+    from codesign.calibration._tables import CONTAINER_TARGET_PCT, frontier_rows
+
+    sp = _split(res, "container")
+    ds = res["_dataset"]["points"]
+    grouped = {k: g for k, g in res["grouping"].items() if g != "shared"}
+    for i, p in enumerate(ds):
+        own = [
+            lab
+            for name, kind in grouped.items()
+            for lab in (p["labels"][kind] if kind == "fabric kind" else (p["labels"][kind],))
+            if lab not in sp["values"][name]
+        ]
+        assert bool(own) == bool(sp["borrowed"][i]), p["id"]
+        assert all(any(f" {lab} <- " in b for b in sp["borrowed"][i]) for lab in own)
+
+    def errs(borrowed):
+        return [
+            abs(sp["after_s"][i] / p["measured_s"] - 1.0) * 100
+            for i, p in enumerate(res["points"])
+            if sp["held"][i]
+            and p["excluded"] is None
+            and p["source"] == "Bridge"
+            and p["generation"].startswith("blackwell")
+            and borrowed in (None, bool(sp["borrowed"][i]))
+        ]
+
+    rows = {r[0]: r for r in frontier_rows(res)}
+    whole, own, bor = errs(None), errs(False), errs(True)
+    assert len(own) + len(bor) == len(whole) and own and bor
+    assert rows["Megatron-Bridge Blackwell"][2] == f"{np.mean(whole):.1f}"
+    assert rows["Megatron-Bridge Blackwell, every value fitted on its own labels"][2] == (
+        f"{np.mean(own):.1f}"
+    )
+    c = facts.container
+    assert (c.own.rows, c.borrowed.rows, c.all.rows) == (len(own), len(bor), len(whole))
+    assert np.isclose(c.borrowed.mape_pct, np.mean(bor)) and c.target_pct == CONTAINER_TARGET_PCT
+    assert f"{len(bor)} rows borrow: MAPE {np.mean(bor):.1f} %" in c.sentence()
+    assert sum(n for _, n in c.labels) >= len(bor)

@@ -39,9 +39,15 @@ from codesign.calibration._stats import (
     weakly_identified,
     zero3_rows,
 )
-from codesign.calibration._tables import fmt
+from codesign.calibration._tables import (
+    CONTAINER_TARGET_PCT,
+    _blackwell_bridge,
+    container_part,
+    fmt,
+)
 
 __all__ = [
+    "ContainerFinding",
     "Findings",
     "GenerationFinding",
     "UnidentifiedFinding",
@@ -230,6 +236,62 @@ class UnidentifiedFinding:
         )
 
 
+@dataclass(frozen=True)
+class ContainerFinding:
+    """The container target (Megatron-Bridge Blackwell rows, fit without 25.11, predict 25.11)
+    split by whether the 25.09 fit carried every calibration label of the row: the errors of
+    all, ``own`` and ``borrowed`` rows, and each borrowed value with its row count."""
+
+    all: ErrorStats
+    own: ErrorStats | None
+    borrowed: ErrorStats | None
+    labels: tuple[tuple[str, int], ...]
+    target_pct: float
+
+    def sentence(self) -> str:
+        def part(st: ErrorStats | None, what: str) -> str:
+            if st is None:
+                return f"no {what}"
+            return f"{st.rows} {what}: MAPE {fmt(st.mape_pct)} % (max {fmt(st.max_ape_pct)} %)"
+
+        return (
+            "Megatron-Bridge Blackwell held out by container version (fit without 25.11, "
+            f"predict 25.11): MAPE {fmt(self.all.mape_pct)} % over {self.all.rows} rows (target "
+            f"{self.target_pct:g} %).  A row whose accelerator generation or number format no "
+            "training row carries has no fitted value of its own and borrows the nearest "
+            "fitted label's (codesign.calibration._grouping.fallback_chain): "
+            + part(self.borrowed, "rows borrow")
+            + " ("
+            + "; ".join(f"{lab}: {n} rows" for lab, n in self.labels)
+            + "); "
+            + part(self.own, "rows have every value fitted on their own labels")
+            + ".  The split therefore measures the transfer to hardware and number formats "
+            "without 25.09 rows as much as the transfer to the next release."
+        )
+
+
+def _container(res: dict) -> ContainerFinding | None:
+    sp = split_of_kind(res, "container")
+    if sp is None or "borrowed" not in sp:
+        return None
+    own = container_part(res, _blackwell_bridge, False)
+    bor = container_part(res, _blackwell_bridge, True)
+    if own is None and bor is None:
+        return None
+    counts: dict[str, int] = {}
+    for i, p in enumerate(res["points"]):
+        if sp["held"][i] and p["excluded"] is None and _blackwell_bridge(p):
+            for lab in sp["borrowed"][i]:
+                counts[lab] = counts.get(lab, 0) + 1
+    return ContainerFinding(
+        all=container_part(res, _blackwell_bridge, None),
+        own=own,
+        borrowed=bor,
+        labels=tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+        target_pct=CONTAINER_TARGET_PCT,
+    )
+
+
 def _contradicted(res: dict) -> ContradictionFinding | None:
     allsp = split_of_kind(res, "all")
     rows = tuple(
@@ -266,6 +328,7 @@ class Findings:
     contradicted: ContradictionFinding | None
     weak_values: WeakValuesFinding | None
     unidentified: UnidentifiedFinding | None = None
+    container: ContainerFinding | None = None
 
     def sentences(self) -> list[str]:
         parts = (
@@ -274,6 +337,7 @@ class Findings:
             self.mosaicml,
             self.generation,
             self.zero3,
+            self.container,
             self.contradicted,
             self.weak_values,
             self.unidentified,
@@ -293,6 +357,7 @@ def compute_findings(res: dict) -> Findings:
         generation=_generation(res),
         zero3=_zero3(res),
         contradicted=_contradicted(res),
+        container=_container(res),
         weak_values=WeakValuesFinding(tuple(weak)) if weak else None,
         unidentified=UnidentifiedFinding(tuple(unmoved)) if unmoved else None,
     )

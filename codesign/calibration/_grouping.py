@@ -32,6 +32,7 @@ __all__ = [
     "NEAREST_GENERATION",
     "PARAM_GROUPING",
     "STACK_FALLBACK",
+    "borrowed_labels",
     "config_labels",
     "fallback_chain",
     "generation",
@@ -263,6 +264,21 @@ def _resolve(label, fitted: dict):
         if lab in fitted:
             return lab
     return None
+
+
+def borrowed_labels(groups: dict, resolved: dict) -> list[list[str]]:
+    """Per row, the grouped values it takes from another label because no training row
+    carried its own (``"gemm_max blackwell-ultra-fp8/bridge <- blackwell-fp8/bridge"``; ``None``
+    after the arrow: no fitted label in the chain, the row keeps its own value); ``groups``
+    as for :func:`resolved_groups`, ``resolved`` its result.  Empty lists where every value
+    was fitted on the row's own labels."""
+    n = len(next(iter(groups.values()))) if groups else 0
+    out: list[list[str]] = [[] for _ in range(n)]
+    for name, labs in groups.items():
+        for i, (own, used) in enumerate(zip(labs, resolved[name], strict=True)):
+            pairs = zip(own, used, strict=True) if isinstance(own, tuple) else [(own, used)]
+            out[i] += [f"{name} {a} <- {b}" for a, b in pairs if a != b]
+    return out
 
 
 def resolved_groups(groups: dict, values: dict) -> dict:

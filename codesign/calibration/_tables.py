@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from codesign.calibration._stats import (
+    ErrorStats,
     FamilyStats,
     KorthikantiTable,
     Zero3Row,
@@ -367,6 +368,11 @@ FRONTIER_HEAD = [
     "met",
 ]
 
+
+def _blackwell_bridge(p: dict) -> bool:
+    return p["source"] == "Bridge" and str(p["generation"]).startswith("blackwell")
+
+
 _FRONTIER_GROUPS = (
     ("dense, every source", "random", lambda p: not p.get("moe"), 5.0),
     ("MoE, every source", "random", lambda p: bool(p.get("moe")), 8.0),
@@ -383,13 +389,39 @@ _FRONTIER_GROUPS = (
         None,
     ),
     ("Megatron-Bridge, all", "container", lambda p: p["source"] == "Bridge", None),
-    (
-        "Megatron-Bridge Blackwell",
-        "container",
-        lambda p: p["source"] == "Bridge" and str(p["generation"]).startswith("blackwell"),
-        8.0,
-    ),
+    ("Megatron-Bridge Blackwell", "container", _blackwell_bridge, 8.0),
 )
+CONTAINER_TARGET_PCT = _FRONTIER_GROUPS[-1][3]
+"""Issue 11's target for the Megatron-Bridge Blackwell rows held out by container version."""
+
+
+_CONTAINER_PARTS = (
+    ("Megatron-Bridge Blackwell, every value fitted on its own labels", False, _blackwell_bridge),
+    ("Megatron-Bridge Blackwell, borrowing a value (label not in 25.09)", True, _blackwell_bridge),
+)
+"""The container target's rows split by whether the 25.09 fit carried every calibration label
+of the row (:func:`container_part`)."""
+
+
+def container_part(res: dict, sel, borrowed: bool | None) -> ErrorStats | None:
+    """Held-out errors of the container split (fit without 25.11, predict 25.11) over the
+    fitted rows selected by ``sel`` that borrow (``borrowed``) or do not borrow a calibrated
+    value from another label (the split's ``borrowed`` record: a label no training row
+    carried, such as an accelerator or a number format without 25.09 rows), or all of them
+    (``borrowed=None``); None without such rows or without the record (results written
+    before it)."""
+    sp = split_of_kind(res, "container")
+    if sp is None or "borrowed" not in sp:
+        return None
+    errs = [
+        error_pct(sp["after_s"][i], p["measured_s"])
+        for i, p in enumerate(res["points"])
+        if sp["held"][i]
+        and p["excluded"] is None
+        and sel(p)
+        and (borrowed is None or bool(sp["borrowed"][i]) == borrowed)
+    ]
+    return ErrorStats.of(errs) if errs else None
 
 
 def frontier_rows(res: dict) -> list[list[str]]:
@@ -425,6 +457,11 @@ def frontier_rows(res: dict) -> list[list[str]]:
                 "-" if target is None else _met(mean <= target),
             ]
         )
+    for name, borrowed, sel in _CONTAINER_PARTS:
+        st = container_part(res, sel, borrowed)
+        if st is not None:
+            out.append([name, "25.09 -> 25.11", f"{st.mape_pct:.1f}", f"{st.max_ape_pct:.1f}"])
+            out[-1] += ["-", "-"]
     allsp = split_of_kind(res, "all")
     if allsp is not None:
         fitted = [(i, p) for i, p in enumerate(pts) if p["excluded"] is None]

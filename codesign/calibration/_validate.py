@@ -21,6 +21,7 @@ from codesign.calibration._grouping import (
     CALIBRATION_START,
     DEFAULT_PARAMS,
     PARAM_GROUPING,
+    borrowed_labels,
     config_labels,
     groups_for,
     resolved_groups,
@@ -130,6 +131,7 @@ def run_validation(
                 "loss": fit.loss,
                 "loss_first": float(fit.loss_history[0]) if fit.loss_history.size else None,
                 "after_s": after.tolist(),
+                "borrowed": borrowed_labels(groups, rg),
                 "per_group": _per_group_stats(points, before, after, sp),
             }
         )

@@ -33,6 +33,14 @@ from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES
 
 __all__ = ["local_search", "polish_bandwidths"]
 
+STALL_LAYOUTS = 8
+"""Distinct layouts from whose best whole-axis moves a stalled search runs its short plain
+local searches.  Four missed the optimum of ``llama3-8b-codesign-cost`` (1.6 % above it):
+the optimum (128 accelerators, micro-batch 2, ZeRO-3, at 99.8 % of HBM) is a three-way
+move from the rounded point (32 accelerators, micro-batch 1, ZeRO-2), and at the
+rounded point's bandwidths its layout ranks eighth among the whole-axis moves' layouts
+(``experiments/bench_codesign.py``).  More layouts cost more exact evaluations per stall."""
+
 
 def local_search(
     disc: Discretizer,
@@ -75,7 +83,7 @@ def local_search(
                 j = min(range(len(nb)), key=lambda i: ks[i])
                 improved = better(ks[j], cur_k)
             if nb and not improved:
-                # ... and, from the best few of them on distinct layouts, a short plain local
+                # ... and, from the best STALL_LAYOUTS of them on distinct layouts, a short plain local
                 # search (which also moves the bandwidths: a layout that needs another
                 # bandwidth to pay off under a budget).
                 order = sorted(range(len(nb)), key=lambda i: ks[i])
@@ -90,7 +98,7 @@ def local_search(
                     qk = ev.keys([q])[0]
                     if better(qk, best_qk):
                         best_q, best_qk = q, qk
-                    if len(lays) >= 4:
+                    if len(lays) >= STALL_LAYOUTS:
                         break
                 # ... and from the point's own layout with each other categorical combination
                 # (recompute, ZeRO, ...), its best few by key, infeasible ones included: a
