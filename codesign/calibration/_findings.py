@@ -41,7 +41,7 @@ from codesign.calibration._stats import (
 )
 from codesign.calibration._tables import (
     CONTAINER_TARGET_PCT,
-    _blackwell_bridge,
+    blackwell_bridge,
     container_part,
     fmt,
 )
@@ -274,17 +274,17 @@ def _container(res: dict) -> ContainerFinding | None:
     sp = split_of_kind(res, "container")
     if sp is None or "borrowed" not in sp:
         return None
-    own = container_part(res, _blackwell_bridge, False)
-    bor = container_part(res, _blackwell_bridge, True)
+    own = container_part(res, blackwell_bridge, False)
+    bor = container_part(res, blackwell_bridge, True)
     if own is None and bor is None:
         return None
     counts: dict[str, int] = {}
     for i, p in enumerate(res["points"]):
-        if sp["held"][i] and p["excluded"] is None and _blackwell_bridge(p):
+        if sp["held"][i] and p["excluded"] is None and blackwell_bridge(p):
             for lab in sp["borrowed"][i]:
                 counts[lab] = counts.get(lab, 0) + 1
     return ContainerFinding(
-        all=container_part(res, _blackwell_bridge, None),
+        all=container_part(res, blackwell_bridge, None),
         own=own,
         borrowed=bor,
         labels=tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),

@@ -369,7 +369,8 @@ FRONTIER_HEAD = [
 ]
 
 
-def _blackwell_bridge(p: dict) -> bool:
+def blackwell_bridge(p: dict) -> bool:
+    """A Megatron-Bridge row on a Blackwell generation (the container target's rows)."""
     return p["source"] == "Bridge" and str(p["generation"]).startswith("blackwell")
 
 
@@ -389,15 +390,15 @@ _FRONTIER_GROUPS = (
         None,
     ),
     ("Megatron-Bridge, all", "container", lambda p: p["source"] == "Bridge", None),
-    ("Megatron-Bridge Blackwell", "container", _blackwell_bridge, 8.0),
+    ("Megatron-Bridge Blackwell", "container", blackwell_bridge, 8.0),
 )
 CONTAINER_TARGET_PCT = _FRONTIER_GROUPS[-1][3]
 """Issue 11's target for the Megatron-Bridge Blackwell rows held out by container version."""
 
 
 _CONTAINER_PARTS = (
-    ("Megatron-Bridge Blackwell, every value fitted on its own labels", False, _blackwell_bridge),
-    ("Megatron-Bridge Blackwell, borrowing a value (label not in 25.09)", True, _blackwell_bridge),
+    ("Megatron-Bridge Blackwell, every value fitted on its own labels", False),
+    ("Megatron-Bridge Blackwell, borrowing a value (label not in 25.09)", True),
 )
 """The container target's rows split by whether the 25.09 fit carried every calibration label
 of the row (:func:`container_part`)."""
@@ -457,11 +458,12 @@ def frontier_rows(res: dict) -> list[list[str]]:
                 "-" if target is None else _met(mean <= target),
             ]
         )
-    for name, borrowed, sel in _CONTAINER_PARTS:
-        st = container_part(res, sel, borrowed)
+    for name, borrowed in _CONTAINER_PARTS:
+        st = container_part(res, blackwell_bridge, borrowed)
         if st is not None:
-            out.append([name, "25.09 -> 25.11", f"{st.mape_pct:.1f}", f"{st.max_ape_pct:.1f}"])
-            out[-1] += ["-", "-"]
+            out.append(
+                [name, "25.09 -> 25.11", f"{st.mape_pct:.1f}", f"{st.max_ape_pct:.1f}", "-", "-"]
+            )
     allsp = split_of_kind(res, "all")
     if allsp is not None:
         fitted = [(i, p) for i, p in enumerate(pts) if p["excluded"] is None]

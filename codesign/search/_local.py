@@ -83,9 +83,9 @@ def local_search(
                 j = min(range(len(nb)), key=lambda i: ks[i])
                 improved = better(ks[j], cur_k)
             if nb and not improved:
-                # ... and, from the best STALL_LAYOUTS of them on distinct layouts, a short plain local
-                # search (which also moves the bandwidths: a layout that needs another
-                # bandwidth to pay off under a budget).
+                # ... and, from the best of them on STALL_LAYOUTS distinct layouts, a short
+                # plain local search (which also moves the bandwidths: a layout that needs
+                # another bandwidth to pay off under a budget).
                 order = sorted(range(len(nb)), key=lambda i: ks[i])
                 lays: set = set()
                 best_q, best_qk = None, cur_k
