@@ -64,6 +64,7 @@ from codesign.smoothing import Smoothing, safe_div
 from codesign.specs import Efficiency, Model, Strategy, System, precision_family
 
 __all__ = [
+    "GATHER_BYTES",
     "QUANT_BYTES",
     "gemm_efficiency",
     "gemm_time",
@@ -88,6 +89,26 @@ history); current scaling reads it once more for the amax (+2); MXFP8 writes row
 column-wise block-scaled copies (2 + 1 + 1, scales 1/32 byte); NVFP4 adds a per-tensor amax
 pass and a random Hadamard transform of the gradients (2 + 2 + 0.5); MXFP4 (2 + 2 x 0.5 +
 scales + a Hadamard pass of 1).  0 for 16-bit GEMMs."""
+
+GATHER_BYTES = {
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "fp8-delayed": 1.0,
+    "fp8-current": 1.0,
+    "mxfp8": 1.0 + 1.0 / 32.0,
+    "fp4": 0.5 + 1.0 / 16.0,
+    "nvfp4": 0.5 + 1.0 / 16.0,
+    "mxfp4": 0.5 + 1.0 / 32.0,
+}
+"""Bytes per element of a sequence-parallel all-gather of a GEMM input.  Transformer Engine
+quantizes the input before the tensor-parallel all-gather and gathers the quantized tensor,
+with NCCL or Userbuffers alike (``transformer_engine/pytorch/module/layernorm_linear.py`` and
+``linear.py``: the ``with_input_all_gather`` path passes the input quantizer to
+``gather_along_first_dim`` / ``fill_userbuffers_buffer_for_all_gather``): one byte per FP8
+element (per-tensor scale), plus one E8M0 scale per 32 elements for MXFP8, half a byte plus
+one scale per 16 (NVFP4) or 32 (MXFP4) elements for FP4; 2 in 16-bit training.  The
+reduce-scatters of GEMM outputs stay in 16 bits."""
 
 
 def peak_flops(system: System, precision: str):

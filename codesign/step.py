@@ -9,9 +9,10 @@ where ``T_mb = t_fwd + t_bwd + t_recompute + t_TP + t_CP + t_EP`` is one micro-b
 stage: tensor-, context- and expert-parallel communication sits inside each micro-batch and
 so is also stretched by the bubble.  Per layer and micro-batch, tensor parallelism
 all-reduces the ``b s h`` activations twice forward and twice backward (reduce-scatter +
-all-gather pairs of the same volume with sequence parallelism; Shoeybi et al. 2019,
-Korthikanti et al. 2022 Sec. 4.2.2), plus twice in a full recomputation, plus (with sequence
-parallelism) two backward all-gathers of the stored input shards, overlapped with the
+all-gather pairs with sequence parallelism; Shoeybi et al. 2019, Korthikanti et al. 2022
+Sec. 4.2.2; in FP8/FP4 training the all-gathers carry the quantized GEMM inputs,
+:data:`codesign.compute.GATHER_BYTES` per element), plus twice in a full recomputation, plus
+(with sequence parallelism) two backward all-gathers of the stored input shards, overlapped with the
 input-gradient GEMMs up to ``tp_overlap_eff``; context
 parallelism all-gathers K and V forward and all-gathers K, V and reduce-scatters their
 gradients backward, hidden behind the pass's attention up to ``cp_overlap_eff`` (ring
@@ -250,14 +251,20 @@ def evaluate_unchecked(
     tokens = st.microbatch * m.seq_len / st.cp
     h = m.hidden
     passes = 4.0 + 2.0 * r[2] * phi  # TP collectives: 2 forward, 2 backward, 2 to recompute
-    tp_ar = coll.all_reduce_time(2.0 * tokens * h, groups["tp"], sy, sm)
+    # With sequence parallelism each all-reduce is an all-gather of a GEMM input and a
+    # reduce-scatter of a GEMM output; in FP8/FP4 training Transformer Engine quantizes the
+    # input first and gathers the quantized tensor (GATHER_BYTES per element; forward norm
+    # output, backward output gradient), while the reduce-scatter stays in bf16.
+    tp_lat, tp_per_byte = coll.reduce_scatter_coeffs(groups["tp"], sy, sm)  # AG costs the same
+    tp_rs = tp_lat + 2.0 * tokens * h * tp_per_byte
+    tp_ag = tp_lat + compute.GATHER_BYTES[precision] * tokens * h * tp_per_byte
+    tp_ar = st.sequence_parallel * (tp_rs + tp_ag) + (1.0 - st.sequence_parallel) * 2.0 * tp_rs
     t_tp = passes * tp_ar * (1.0 - st.overlap_tp * eff.tp_overlap_eff)
     # With sequence parallelism only the s/t shard of each GEMM input is stored, so the
     # backward pass all-gathers it again for the weight gradients (twice per layer: QKV and
     # MLP inputs), asynchronously behind the input-gradient GEMM (Megatron-LM's
     # LinearWithGradAccumulationAndAsyncCommunication; Korthikanti et al. 2022 Sec. 4.2.2):
     # exposed (1 - tp_overlap_eff) of it.
-    tp_ag = coll.all_gather_time(2.0 * tokens * h, groups["tp"], sy, sm)
     t_tp = t_tp + st.sequence_parallel * 2.0 * tp_ag * (1.0 - eff.tp_overlap_eff)
 
     qk, v = workload.attention_core_dims(m)

@@ -710,3 +710,34 @@ def test_recompute_factor_must_be_positive():
     m, t, s, st, eff = cfg.specs()
     with pytest.raises(cd.SpecError, match="efficiency.recompute_factor"):
         cd.evaluate(m, t, s, st, dataclasses.replace(eff, recompute_factor=0.0))
+
+
+def test_fp8_gathers_quantized_sequence_parallel_inputs():
+    """In FP8 training Transformer Engine quantizes a column-parallel GEMM's input before the
+    sequence-parallel all-gather (layernorm_linear.py / linear.py, ``with_input_all_gather``),
+    so each all-gather carries 1 byte per element instead of 2 while the reduce-scatters stay
+    in bf16; without sequence parallelism the all-reduces are bf16 in both."""
+    cfg = example_config()
+    acc = cfg.system.accelerator.replace(peak_tflops_fp8=2 * cfg.system.accelerator.peak_tflops)
+    cfg = dataclasses.replace(cfg, system=cfg.system.replace(accelerator=acc))
+    eff = cfg.efficiency
+    (a0, b0), _ = links(cfg)
+    l, h, s, B, pp, dp = 96.0, 12288.0, 2048.0, 1536.0, 8.0, 16.0
+    n_mb, lps = B / dp, l / pp
+
+    def tp_comm(precision, sp):
+        c = dataclasses.replace(
+            cfg,
+            training=cfg.training.replace(precision=precision),
+            strategy=cfg.strategy.replace(sequence_parallel=float(sp)),
+        )
+        return float(report_of(c).breakdown_s["tp_comm"])
+
+    # Ring of 8 on NVLink: an all-gather of S bytes costs 7 a0 + 7/8 S / b0; in FP8 each of
+    # the 4 gathers of an all-reduce pair and the 2 backward re-gathers moves S/2.
+    S = 2 * s * h
+    saved = 7 / 8 * (S / 2) / b0
+    want = n_mb * lps * (4 + 2 * (1 - eff.tp_overlap_eff)) * saved
+    assert math.isclose(tp_comm("bf16", True) - tp_comm("fp8", True), want, rel_tol=1e-9)
+    assert tp_comm("mxfp8", True) > tp_comm("fp8", True)  # MXFP8 also gathers its scales
+    assert tp_comm("bf16", False) == tp_comm("fp8", False)
