@@ -107,8 +107,9 @@ with NCCL or Userbuffers alike (``transformer_engine/pytorch/module/layernorm_li
 ``linear.py``: the ``with_input_all_gather`` path passes the input quantizer to
 ``gather_along_first_dim`` / ``fill_userbuffers_buffer_for_all_gather``): one byte per FP8
 element (per-tensor scale), plus one E8M0 scale per 32 elements for MXFP8, half a byte plus
-one scale per 16 (NVFP4) or 32 (MXFP4) elements for FP4; 2 in 16-bit training.  The
-reduce-scatters of GEMM outputs stay in 16 bits."""
+one scale per 16 (NVFP4) or 32 (MXFP4) elements for FP4; 2 in 16-bit training (the element
+sizes of :data:`codesign.memory.WEIGHT_CACHE_BYTES`, which holds two layouts per weight).
+The reduce-scatters of GEMM outputs stay in 16 bits."""
 
 
 def peak_flops(system: System, precision: str):

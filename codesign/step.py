@@ -12,19 +12,18 @@ all-reduces the ``b s h`` activations twice forward and twice backward (reduce-s
 all-gather pairs with sequence parallelism; Shoeybi et al. 2019, Korthikanti et al. 2022
 Sec. 4.2.2; in FP8/FP4 training the all-gathers carry the quantized GEMM inputs,
 :data:`codesign.compute.GATHER_BYTES` per element), plus twice in a full recomputation, plus
-(with sequence parallelism) two backward all-gathers of the stored input shards, overlapped with the
-input-gradient GEMMs up to ``tp_overlap_eff``; context
-parallelism all-gathers K and V forward and all-gathers K, V and reduce-scatters their
-gradients backward, hidden behind the pass's attention up to ``cp_overlap_eff`` (ring
-attention, Liu et al. 2023), and pays ``cp_step_overhead_us`` per ring step; each MoE layer
-all-to-alls its tokens' ``top_k`` slots to the experts and back, forward and backward
-(Lepikhin et al. 2020).  Data parallelism all-reduces the
-gradients (ZeRO-0), reduce-scatters them and all-gathers the updated weights (ZeRO-1/2,
-Megatron's distributed optimizer), or does that for every micro-batch with two gathers
-(ZeRO-3/FSDP).  With ``overlap_dp`` on, up to ``dp_overlap_eff`` of one micro-batch's
-forward and backward hides it (gradient buckets reduce during the last backward; the
-distributed optimizer's parameter all-gather overlaps the next forward), and for ZeRO-3 the
-compute of all micro-batches (parameter prefetch).
+(with sequence parallelism) two backward all-gathers of the stored input shards, overlapped
+with the input-gradient GEMMs up to ``tp_overlap_eff``; context parallelism all-gathers K and
+V forward and all-gathers K, V and reduce-scatters their gradients backward, hidden behind
+the pass's attention up to ``cp_overlap_eff`` (ring attention, Liu et al. 2023), and pays
+``cp_step_overhead_us`` per ring step; each MoE layer all-to-alls its tokens' ``top_k`` slots
+to the experts and back, forward and backward (Lepikhin et al. 2020).  Data parallelism
+all-reduces the gradients (ZeRO-0), reduce-scatters them and all-gathers the updated
+weights (ZeRO-1/2, Megatron's distributed optimizer), or does that for every micro-batch
+with two gathers (ZeRO-3/FSDP).  With ``overlap_dp`` on, up to ``dp_overlap_eff`` of one
+micro-batch's forward and backward hides it (gradient buckets reduce during the last
+backward; the distributed optimizer's parameter all-gather overlaps the next forward), and
+for ZeRO-3 the compute of all micro-batches (parameter prefetch).
 
 Everything is an array: :func:`evaluate` is jit-compiled once per static structure (number
 of tiers, precision, exact or relaxed) and vmaps over any leaf.
