@@ -248,10 +248,13 @@ def layer_times(
     attn_exp = safe_div(exps, system.accelerator.exp_tera_per_s * 1e12)
     attention = attention_core_time(attn_mm, attn_exp, eff, sm)
     attention_bwd = attention_core_time(eff.backward_factor * attn_mm, attn_exp, eff, sm)
-    # MoE routing: dispatch and combine each read and write the tokens' 16-bit slots in HBM
-    # (permute, un-permute), times moe_permute_factor (router softmax/top-k, padding, the
-    # unfused reality of real dispatchers; calibrated).
-    moe_permute = moe_frac * 2.0 * 2.0 * 2.0 * slots * h / hbm * eff.moe_permute_factor
+    # MoE routing: dispatch and combine each make ``moe_permute_copies`` copies of the tokens'
+    # 16-bit slots in HBM, read and written: 2 with Megatron-Core's alltoall dispatcher (permute,
+    # then sort by local expert; the sort is skipped when a rank holds one expert), 1 with the
+    # flex dispatcher (DeepEP or HybridEP: one permute kernel beside the communication), times
+    # moe_permute_factor (router softmax/top-k, padding, unfused kernels; calibrated).
+    copies = jnp.minimum(st.moe_permute_copies, 1.0 + sm.step(local_experts - 1.0))
+    moe_permute = moe_frac * 2.0 * copies * 2.0 * 2.0 * slots * h / hbm * eff.moe_permute_factor
     # Quantization casts of the GEMM inputs (per token: QKV and FC1 inputs h each, the
     # output-projection input v, the FC2 input f, expert slots likewise).
     d_inner = workload.mamba_dims(m)[0]

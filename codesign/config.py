@@ -368,6 +368,7 @@ STRATEGY_NUMBERS = (  # [strategy] keys that are numbers
     "pp_last_layers",
     "recompute_fraction",
     "offload_activations",
+    "moe_permute_copies",
     "offload_optimizer",
     "outer_sync_interval",
     "outer_compression",

@@ -343,6 +343,15 @@ class Strategy:
     moe_hierarchical_dispatch: float = 0.0
     """1: tokens cross each outer tier once per destination domain and are forwarded inside
     it (DeepEP / HybridEP dispatch): top-k copies to the same domain are deduplicated."""
+    moe_permute_copies: float = 2.0
+    """Copies of the routed token slots each MoE layer makes in HBM beside its communication
+    kernels, on dispatch and again on combine (Megatron-LM ``token_dispatcher.py``): 2 with
+    Megatron-Core's ``alltoall`` dispatcher (``permute`` before the all-to-all,
+    ``sort_chunks_by_idxs`` by local expert after it, the reverse two on combine; the sort is
+    skipped, so 1, when a rank holds a single expert), 1 with the flex dispatcher, DeepEP
+    (``fused_dispatch``, then one ``permute``) or HybridEP (``dispatch_with_permute``: its
+    dispatch kernel, then its own permute kernel; the same on combine); 0 for a dispatcher that
+    permutes inside the communication kernel."""
     outer_sync_interval: float = 1.0
     """``H``: data parallelism reduces across sites (the ``cross_site`` tiers) only every
     ``H`` steps, an outer all-reduce of the pseudo-gradient (DiLoCo, Douillard et al. 2023,
@@ -405,6 +414,7 @@ def make_strategy(
     offload_whole_layers: bool = False,
     overlap_moe_comm: bool = False,
     moe_hierarchical_dispatch: bool = False,
+    moe_permute_copies: float = 2.0,
     outer_sync_interval: float = 1.0,
     outer_compression: float = 1.0,
     outer_overlap: float = 0.0,
@@ -451,6 +461,7 @@ def make_strategy(
         v = positive(f"strategy.{name}", frac, allow_zero=True)
         if v > 1:
             raise SpecError(f"strategy.{name}", frac, "a fraction in [0, 1]")
+    positive("strategy.moe_permute_copies", moe_permute_copies, allow_zero=True)
     if positive("strategy.outer_sync_interval", outer_sync_interval, integer=True) < 1:
         raise SpecError("strategy.outer_sync_interval", outer_sync_interval, "an integer >= 1")
     if positive("strategy.outer_compression", outer_compression) > 1:
@@ -484,6 +495,7 @@ def make_strategy(
         offload_whole_layers=float(bool(offload_whole_layers)),
         overlap_moe_comm=float(bool(overlap_moe_comm)),
         moe_hierarchical_dispatch=float(bool(moe_hierarchical_dispatch)),
+        moe_permute_copies=float(moe_permute_copies),
         outer_sync_interval=float(outer_sync_interval),
         outer_compression=float(outer_compression),
         outer_overlap=float(outer_overlap),

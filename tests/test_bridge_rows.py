@@ -30,7 +30,7 @@ STRATEGY_KEYS = {
     "recompute", "recompute_modules", "recompute_fraction", "recompute_num_layers", "zero",
     "overlap_dp", "overlap_tp", "flash_attention", "pp_first_layers", "pp_last_layers",
     "pp_embedding_in_split", "pp_loss_in_split", "offload_activations", "offload_optimizer",
-    "overlap_moe_comm", "moe_hierarchical_dispatch", "offload_whole_layers",
+    "overlap_moe_comm", "moe_hierarchical_dispatch", "moe_permute_copies", "offload_whole_layers",
 }  # fmt: skip
 PRECISIONS = {"bf16", "fp16", "fp8", "fp8-delayed", "fp8-current", "mxfp8", "fp4", "nvfp4", "mxfp4"}
 MODULES = {"core_attn", "layernorm", "mlp", "moe_act", "moe", "mla_up_proj"}
@@ -88,7 +88,13 @@ def test_specific_recipe_settings():
     s = doc["strategy"]
     assert (s["pp_first_layers"], s["pp_last_layers"]) == (7, 6)
     assert s["moe_hierarchical_dispatch"] and s["overlap_moe_comm"]
+    assert s["moe_permute_copies"] == 1.0  # DeepEP: one permute after its fused dispatch
     assert s["recompute"] == "selective" and s["recompute_modules"] == ["mla_up_proj", "mlp"]
+    # HybridEP permutes once beside its dispatch; the alltoall dispatcher permutes and sorts.
+    qwen = "mbridge_25.11_DGX-GB200_Qwen3_235B_a22B_256gpu_BF16"
+    assert row_to_doc(by_id[qwen])[0]["strategy"]["moe_permute_copies"] == 1.0
+    oss = "mbridge_25.11_DGX-GB200_GPT_OSS_120B_64gpu_BF16"
+    assert row_to_doc(by_id[oss])[0]["strategy"]["moe_permute_copies"] == 2.0
     assert doc["model"]["moe_layers"] == 58 and doc["model"]["kv_lora_rank"] == 512
     doc, _ = row_to_doc(by_id["mbridge_25.09_DGX-GB200_LLAMA3.1_405B_128gpu_FP8unspecified"])
     assert doc["strategy"]["zero"] == 3

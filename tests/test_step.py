@@ -550,6 +550,37 @@ def test_moe_expert_parallel_terms_by_hand():
     assert math.isclose(float(r.params["local_expert"]), expert, rel_tol=1e-12)
 
 
+@pytest.mark.parametrize("ep", [8.0, 4.0])
+def test_moe_permute_copies_by_hand(ep):
+    """Mixtral 8x7B (tp 2, pp 2, mb 1, SP): each copy of the routed slots that the dispatcher
+    makes beside its communication reads and writes ``slots h`` 16-bit values on dispatch and
+    again on combine, ``2 x 2 x 2 slots h / (HBM eff)`` seconds times moe_permute_factor, with
+    ``slots = s/tp x top-k x etp`` per rank; the backward pass runs the element-wise work twice.
+    Megatron-Core's alltoall dispatcher makes 2 copies (permute, then sort by local expert),
+    the sort skipped at ep 8 = 8 experts (one per rank); DeepEP and HybridEP make 1."""
+    cfg = CONFIGS["mixtral-ep"]()
+    h, s, k, tp, layers, pp = 4096.0, 4096.0, 2.0, 2.0, 32.0, 2.0
+    n_mb = 256 / 16
+    acc, eff = cfg.system.accelerator, cfg.efficiency
+    hbm = float(acc.hbm_tbps) * 1e12 * float(eff.hbm_eff)
+    slots = s / tp * k * tp  # etp = tp
+    one_copy = 2 * 2 * 2 * slots * h / hbm * float(eff.moe_permute_factor)
+
+    def fwd_bwd(copies):
+        st = cfg.strategy.replace(ep=ep, moe_permute_copies=copies)
+        b = report_of(dataclasses.replace(cfg, strategy=st)).breakdown_s
+        return float(b["forward"]), float(b["backward"])
+
+    f0, b0 = fwd_bwd(0.0)
+    per_copy = n_mb * layers / pp * one_copy
+    expected_copies = {8.0: 1.0, 4.0: 2.0}[ep]  # alltoall: the sort only with > 1 local expert
+    f2, b2 = fwd_bwd(2.0)
+    assert math.isclose(f2 - f0, expected_copies * per_copy, rel_tol=1e-9)
+    assert math.isclose(b2 - b0, 2 * expected_copies * per_copy, rel_tol=1e-9)
+    f1, _ = fwd_bwd(1.0)
+    assert math.isclose(f1 - f0, per_copy, rel_tol=1e-9)
+
+
 def _rs_time(size, fans, tiers):
     """Hierarchical ring reduce-scatter by hand: fans r_t, tiers (latency s, bandwidth B/s)."""
     total, prev = 0.0, 1.0

@@ -242,6 +242,7 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
         or float(val.get("offload_activations", 0.0)) > 0,
         "overlap_moe_comm": bool(val.get("overlap_moe_comm", False)),
         "moe_hierarchical_dispatch": bool(val.get("moe_hierarchical_dispatch", False)),
+        "moe_permute_copies": float(val.get("moe_permute_copies", 2.0)),
         "pp_first_layers": 0,
         "pp_last_layers": 0,
         "pp_embedding_in_split": False,

@@ -193,9 +193,9 @@ DEFAULT_PARAMS = (
     "cp_step_overhead_us",
 )
 """The calibrated parameter set (chosen by the ablation in ``experiments/results/validation.md``
-on the mean held-out error of the random splits, 4.37 %; one larger candidate, which also fits
-``recompute_factor`` and element-wise traffic and optimizer bytes per stack, scores 4.26 % with
-11 more values, better on MosaicML and DGX Cloud and worse on Megatron-Bridge, 8.9 -> 9.9 %,
+on the mean held-out error of the random splits, 4.25 %; one larger candidate, which also fits
+``recompute_factor`` and element-wise traffic and optimizer bytes per stack, scores 4.21 % with
+11 more values, better on MosaicML and DGX Cloud and worse on Megatron-Bridge, 8.4 -> 9.6 %,
 and is not taken: see the README).  ``cp_step_overhead_us`` (the fixed cost
 of a ring-attention step) leaves the held-out errors unchanged (dense 5.2 %, MoE 9.3 -> 9.4 %,
 Megatron-Bridge Blackwell by container 17.5 %) and is weakly identified (only cp 2 rows carry
