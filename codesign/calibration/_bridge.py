@@ -242,7 +242,11 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
         or float(val.get("offload_activations", 0.0)) > 0,
         "overlap_moe_comm": bool(val.get("overlap_moe_comm", False)),
         "moe_hierarchical_dispatch": bool(val.get("moe_hierarchical_dispatch", False)),
-        "moe_permute_copies": float(val.get("moe_permute_copies", 2.0)),
+        # Copies of the routed slots beside the communication (Megatron-LM
+        # token_dispatcher.py): the flex dispatcher (DeepEP fused_dispatch + one permute,
+        # HybridEP dispatch_with_permute = dispatch kernel + its own permute kernel) makes 1
+        # each way, the alltoall dispatcher 2 (permute, then sort_chunks_by_idxs by expert).
+        "moe_permute_copies": 1.0 if val.get("moe_hierarchical_dispatch", False) else 2.0,
         "pp_first_layers": 0,
         "pp_last_layers": 0,
         "pp_embedding_in_split": False,

@@ -18,7 +18,6 @@ from codesign.calibration._bridge_recipes26 import BRIDGE_RECIPES_26
 from codesign.calibration._recipe_source import MB
 from codesign.calibration._recipe_source import assumed as _assumed
 from codesign.calibration._recipe_source import fact as _f
-from codesign.calibration._recipe_source import permute_copies as _copies
 
 __all__ = [
     "BRIDGE_RECIPES",
@@ -142,9 +141,6 @@ def _ds09(gpu: str) -> dict:
             f"{RUN09}: enable_deepep (flex dispatcher) on h100 only; "
             "b200/gb200 use_tokendrop -> alltoall",
         ),
-        "moe_permute_copies": _copies(
-            "deepep" if h100 else None, f"{RUN09}: enable_deepep on h100 only"
-        ),
         "overlap_moe_comm": _f(
             h100,
             f"{RUN09}: A2A_1F1B (overlap_moe_expert_parallel_comm, "
@@ -181,7 +177,6 @@ def _ds11(gpu: str) -> dict:
             backend is not None,
             f"{src}: moe_flex_dispatcher_backend {backend!r} (flex when set; else alltoall)",
         ),
-        "moe_permute_copies": _copies(backend, f"{src}: moe_flex_dispatcher_backend {backend!r}"),
         "overlap_moe_comm": _f(gpu == "h100", f"{src}: moe_a2a_overlap {gpu == 'h100'}"),
         "overlap_tp": _assumed(False, "tp_comm_overlap not set for DeepSeek-V3"),
         "token_drop": _f(
@@ -209,7 +204,6 @@ def _qwen(container: str, gpu: str, size: str, **extra) -> dict:
             "moe_hierarchical_dispatch": _f(
                 False, f"{RUN09}: apply_moe_token_drop requires alltoall"
             ),
-            "moe_permute_copies": _copies(None, f"{RUN09}: apply_moe_token_drop requires alltoall"),
             "overlap_moe_comm": _assumed(False, "overlap_moe_expert_parallel_comm not set"),
             "overlap_tp": _f(True, f"{RUN09}: CommOverlapConfig(tp_comm_overlap=True)"),
             "token_drop": _f(True, f"{RUN09}: apply_moe_token_drop (capacity 1.0, padded)"),
@@ -227,9 +221,6 @@ def _qwen(container: str, gpu: str, size: str, **extra) -> dict:
                 hybrid,
                 f"{src}: {name} moe_flex_dispatcher_backend "
                 f"{'hybridep' if hybrid else 'unset (alltoall)'}",
-            ),
-            "moe_permute_copies": _copies(
-                "hybridep" if hybrid else None, f"{src}: {name} moe_flex_dispatcher_backend"
             ),
             "overlap_moe_comm": _f(a2a, f"{src}: {name} moe_a2a_overlap {a2a}"),
             "overlap_tp": _f(
@@ -249,7 +240,6 @@ def _gptoss(gpu: str) -> dict:
         "grad_reduce_bytes": _f(2.0, f"{_pre11('gpt_oss')}: ddp.grad_reduce_in_fp32 False"),
         "etp": _f(1, f"{src}: expert_tensor_parallel_size 1"),
         "moe_hierarchical_dispatch": _f(False, f"{src}: no moe_flex_dispatcher_backend (alltoall)"),
-        "moe_permute_copies": _copies(None, f"{src}: no moe_flex_dispatcher_backend"),
         "overlap_moe_comm": _f(False, f"{src}: moe_a2a_overlap default False"),
         "overlap_tp": _assumed(False, "tp = 1 in every GPT-OSS row"),
         "token_drop": _f(False, f"{_pre11('gpt_oss')}: force load balancing, dropless"),

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from codesign.calibration._recipe_source import MB
 from codesign.calibration._recipe_source import fact as _f
-from codesign.calibration._recipe_source import permute_copies as _copies
 
 __all__ = ["BRIDGE_RECIPES_26", "RELEASES_26"]
 
@@ -142,7 +141,6 @@ def _moe(c: str, base: str, name: str, pre: str, grad: str, disp: str, deg: str,
         "grad_reduce_bytes": _f(2.0, grad),
         **_sel(c, base, name, how["mods"]),
         "moe_hierarchical_dispatch": _f(how["backend"] in ("hybridep", "deepep"), disp),
-        "moe_permute_copies": _copies(how["backend"], disp),
         "overlap_moe_comm": _f(a2a, a2a_src),
         "token_drop": _dropless(pre, how["fi"]),
         "degrees": _f(deg, f"{base}: {name}"),
@@ -257,7 +255,6 @@ def _qw(c: str, gpu: str, size: str, cfg: str, deg: str, backend, a2a: bool, fi=
         "recompute": _f("none", rec),
         "etp": _f(1, f"{base}: expert_tensor_parallel_size 1"),
         "moe_hierarchical_dispatch": _f(backend in ("hybridep", "deepep"), disp),
-        "moe_permute_copies": _copies(backend, disp),
         "overlap_moe_comm": _f(a2a, a2a_src),
         "overlap_tp": _f(tpo, tpo_src),
         "token_drop": _dropless(pre, fi),
