@@ -190,14 +190,22 @@ class ContradictionFinding:
             f"{len(self.rows)} Megatron-Bridge rows contradict another row of the same system, "
             "model, number format, batch and layout (two container releases of one recipe "
             f"whose measured step times differ by more than {r:g}x; see "
-            "codesign.calibration.contradictions).  A deterministic model gives both rows of a "
+            "codesign.calibration.contradictions).  A model that does not tell the two recipes "
+            "apart gives both rows of a "
             "pair the same prediction, so no such model puts both within "
             f"{100 * (r - 1) / (r + 1):.0f} % of their measurements; both rows are kept out of "
             "every fit and reported apart (group 'Bridge contradicted'): "
             + "; ".join(parts)
-            + ".  Later releases alternate the same way (external, not fitted: on 16 H100 at "
-            "PP 2, VP 12, micro-batch 1 the Megatron-Bridge 26.02 page gives 5,113 "
-            "tokens/s/GPU, 26.02.01 9,058): the recipe's speed depends on the release."
+            + ".  The pages print the same layout, but the recipes differ: 25.09 ran the Qwen3 "
+            "recipes with token drop and capacity padding (run_script.py apply_moe_token_drop: "
+            "static shapes, no host synchronization; whole-layer CUDA graphs on 8 B200), 25.11 "
+            "dropless, "
+            "whose dispatcher copies the token counts to the host and waits for them in every "
+            "MoE layer's forward (Megatron-Core token_dispatcher.py cuda_sync_point); the model "
+            "charges no host time.  Later releases alternate the same way (external, not "
+            "fitted: on 16 H100 at PP 2, VP 12, micro-batch 1 the Megatron-Bridge 26.02 page "
+            "gives 5,113 tokens/s/GPU, 26.02.01 9,058): the recipe's speed depends on the "
+            "release."
         )
 
 
