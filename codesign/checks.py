@@ -189,7 +189,14 @@ def check_system(s) -> None:
         check_reliability(rel)
 
 
-_FRACTIONS = ("gemm_max", "attention_eff", "hbm_eff", "grouped_gemm_eff", "ssd_eff")
+_FRACTIONS = (
+    "gemm_max",
+    "attention_eff",
+    "hbm_eff",
+    "grouped_gemm_eff",
+    "ssd_eff",
+    "dp_comm_eff",
+)
 _OVERLAPS = (
     "dp_overlap_eff",
     "tp_overlap_eff",

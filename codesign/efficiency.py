@@ -64,6 +64,15 @@ class Efficiency:
     """HBM bytes per local parameter of the optimizer step: Adam with fp32 master weights reads
     param, grad, m and v (16), writes param, m and v (12) and the 16-bit copy (2), and the
     global-norm gradient clipping reads the gradients once more (4): 34 (a count)."""
+    dp_comm_eff: float = 1.0
+    """Fraction of each tier's achieved collective bandwidth (``Tier.efficiency``) that the
+    data-parallel and ZeRO reduce-scatters, all-gathers and all-reduces reach.  1 (the class
+    default): the same as any other collective; calibrated per software stack (the calibration
+    starts at 0.9).  A separate value because the data-parallel collectives run while the
+    backward and forward kernels, pipeline sends and expert all-to-alls share the same links,
+    SMs and HBM, which a bandwidth measured alone (``nccl-tests``) does not see; the
+    Megatron-Bridge 2025 rows put it near 0.4 for that stack (the report gives the range over
+    splits), the other stacks' rows near 0.9-1."""
     dp_overlap_eff: float = 0.8
     """Fraction of the overlap window that hides data-parallel communication.  Estimate;
     calibrated."""

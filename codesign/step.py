@@ -20,10 +20,11 @@ the pass's attention up to ``cp_overlap_eff`` (ring attention, Liu et al. 2023),
 to the experts and back, forward and backward (Lepikhin et al. 2020).  Data parallelism
 all-reduces the gradients (ZeRO-0), reduce-scatters them and all-gathers the updated
 weights (ZeRO-1/2, Megatron's distributed optimizer), or does that for every micro-batch
-with two gathers (ZeRO-3/FSDP).  With ``overlap_dp`` on, up to ``dp_overlap_eff`` of one
-micro-batch's forward and backward hides it (gradient buckets reduce during the last
-backward; the distributed optimizer's parameter all-gather overlaps the next forward), and
-for ZeRO-3 the compute of all micro-batches (parameter prefetch).
+with two gathers (ZeRO-3/FSDP), at ``dp_comm_eff`` of the tiers' collective bandwidth.
+With ``overlap_dp`` on, up to ``dp_overlap_eff`` of one micro-batch's forward and backward
+hides it (gradient buckets reduce during the last backward; the distributed optimizer's
+parameter all-gather overlaps the next forward), and for ZeRO-3 the compute of all
+micro-batches (parameter prefetch).
 
 Everything is an array: :func:`evaluate` is jit-compiled once per static structure (number
 of tiers, precision, exact or relaxed) and vmaps over any leaf.
@@ -339,6 +340,7 @@ def evaluate_unchecked(
         """(every-step reduction over the inner tiers, outer all-reduce over the sites)."""
         lat_t, per_byte_t = coll.reduce_scatter_tier_coeffs(group, sy, sm)  # AR = 2 RS, AG = RS
         lat, per_byte = jnp.sum(inner * lat_t, axis=0), jnp.sum(inner * per_byte_t, axis=0)
+        per_byte = safe_div(per_byte, eff.dp_comm_eff)
         rs = lat + gbytes * n_params * per_byte
         ag = lat + 2.0 * n_params * per_byte
         every = z[0] * 2.0 * rs + (z[1] + z[2]) * (rs + ag) + z[3] * n_mb * (rs + 2.0 * ag)

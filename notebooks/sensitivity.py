@@ -164,8 +164,8 @@ plt.show()
 
 # %% [markdown]
 # Growing the NVLink domain is worth far more than doubling the scale-out bandwidth: it
-# cuts the time to train by about a fifth *and* the cost (the time saved outweighs the
-# domain premium), while the doubled InfiniBand saves about 5 % of the time for about 13 %
+# cuts the time to train by almost a quarter *and* the cost (the time saved outweighs the
+# domain premium), while the doubled InfiniBand saves about 5 % of the time for about 12 %
 # more cost. The best strategy changes along the way (outlined): with 64 GPUs per domain
 # the pipeline goes (pp 1) and ZeRO-2 data parallelism runs over NVLink.
 #

@@ -411,6 +411,22 @@ def attention_core_by_hand(mm_s, exps, acc, eff):
     return (1 - o) * (mm_s + exp_s) + o * max(mm_s, exp_s)
 
 
+def test_dp_comm_eff_scales_only_the_bandwidth_term():
+    """The data-parallel collectives take ``latency + bytes / (bandwidth * dp_comm_eff)``:
+    from 1 to 1/2 to 1/4 the bandwidth term doubles twice, the latency stays, and no other
+    term of the step moves."""
+    cfg = example_config()
+    reps = []
+    for e in (1.0, 0.5, 0.25):
+        eff = dataclasses.replace(cfg.efficiency, dp_comm_eff=e)
+        reps.append(cd.evaluate(cfg.model, cfg.training, cfg.system, cfg.strategy, eff))
+    t = [float(r.exposed_comm_s["dp_total"]) for r in reps]
+    assert t[0] > 0
+    assert math.isclose(t[2] - t[1], 2 * (t[1] - t[0]), rel_tol=1e-9)
+    for k in ("forward", "backward", "tp_comm", "pp_bubble", "pp_p2p", "optimizer"):
+        assert float(reps[2].breakdown_s[k]) == float(reps[0].breakdown_s[k])
+
+
 def test_example_time_terms_by_hand():
     """GPT-3 175B, 1024 A100-80GB, tp 8 pp 8 (v = 4) dp 16, b = 1, SP, selective, ZeRO-1,
     flash attention; every term from the documented formulas."""
@@ -484,11 +500,12 @@ def test_example_time_terms_by_hand():
 
     # DP (ZeRO-1, Megatron distributed optimizer): reduce-scatter fp32 grads and all-gather
     # bf16 weights over the 16 dp ranks, 8 ranks apart: one per node, a ring of 16 on IB;
-    # hidden behind dp_overlap_eff of one micro-batch's forward + backward.
+    # hidden behind dp_overlap_eff of one micro-batch's forward + backward; the DP collectives
+    # reach dp_comm_eff of the tier's collective bandwidth.
     pd = lps * (12 * h**2 + 2 * h) / tp + V * h / tp
 
     def rs(size):
-        return 15 * a1 + 15 / 16 * size / b1
+        return 15 * a1 + 15 / 16 * size / (b1 * eff.dp_comm_eff)
 
     t_dp = rs(4 * pd) + rs(2 * pd)
     assert math.isclose(
@@ -581,11 +598,12 @@ def test_moe_permute_copies_by_hand(ep):
     assert math.isclose(f1 - f0, per_copy, rel_tol=1e-9)
 
 
-def _rs_time(size, fans, tiers):
-    """Hierarchical ring reduce-scatter by hand: fans r_t, tiers (latency s, bandwidth B/s)."""
+def _rs_time(size, fans, tiers, dp_comm_eff=1.0):
+    """Hierarchical ring reduce-scatter by hand: fans r_t, tiers (latency s, bandwidth B/s);
+    a data-parallel collective reaches ``dp_comm_eff`` of each tier's bandwidth."""
     total, prev = 0.0, 1.0
     for r, (alpha, beta) in zip(fans, tiers, strict=True):
-        total += (r - 1) * alpha + (r - 1) / r * (size / prev) / beta
+        total += (r - 1) * alpha + (r - 1) / r * (size / prev) / (beta * dp_comm_eff)
         prev *= r
     return total
 
@@ -621,7 +639,8 @@ def test_dense_model_dp_comm_by_hand_three_tiers(zero):
     # dp ranks are 8 apart: none share a node, 8 share an IB domain, 2 regions.
     fans = [1, 8, 2]
     tiers = links(cfg)  # nvlink4, ib-ndr-400, cross-region (1 GB/s, 10 ms)
-    rs4, ag2 = _rs_time(4 * pd, fans, tiers), _rs_time(2 * pd, fans, tiers)
+    e = float(cfg.efficiency.dp_comm_eff)
+    rs4, ag2 = _rs_time(4 * pd, fans, tiers, e), _rs_time(2 * pd, fans, tiers, e)
     n_mb = 512 / 16
     expected = {0: 2 * rs4, 1: rs4 + ag2, 3: n_mb * (rs4 + 2 * ag2)}[zero]
     assert math.isclose(float(r.breakdown_s["dp_comm"]), expected, rel_tol=1e-12)
@@ -644,8 +663,9 @@ def test_moe_dp_comm_by_hand():
     attn = h * (h + 2 * 1024) + h * h
     assert math.isclose(pd, 16 * (attn + 2 * h + 8 * h) / 2 + V * h / 2, rel_tol=1e-12)
     tiers = links(cfg)
-    dense = _rs_time(4 * pd, [4, 4], tiers) + _rs_time(2 * pd, [4, 4], tiers)
-    expert = _rs_time(4 * pe, [1, 2], tiers) + _rs_time(2 * pe, [1, 2], tiers)
+    e = float(cfg.efficiency.dp_comm_eff)
+    dense = _rs_time(4 * pd, [4, 4], tiers, e) + _rs_time(2 * pd, [4, 4], tiers, e)
+    expert = _rs_time(4 * pe, [1, 2], tiers, e) + _rs_time(2 * pe, [1, 2], tiers, e)
     assert math.isclose(float(r.breakdown_s["dp_comm"]), dense + expert, rel_tol=1e-12)
 
 

@@ -254,6 +254,14 @@ def test_contradicted_rows_are_reported_apart(res, facts):
     assert {p["group"] for p in res["points"] if p["id"] in ids} == {
         "Bridge contradicted (not fitted)"
     }
+    # Each pair's recipe differences come from the collected recipe facts, the older release
+    # first: both Qwen3 30B pairs ran token drop in 25.09 and dropless in 25.11.
+    assert len(c.pairs) == 2
+    for model, gpu, ca, cb, diffs in c.pairs:
+        assert (model, ca, cb) == ("qwen3_30b_a3b", "25.09", "25.11")
+        assert ("token_drop", True, False) in diffs
+        assert f"{model} on {gpu.upper()}: " in c.sentence()
+    assert "token_drop True (25.09) / False (25.11)" in c.sentence()
 
 
 def test_frontier_table_is_the_held_out_error(res):

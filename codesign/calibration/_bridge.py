@@ -33,6 +33,7 @@ __all__ = [
     "bridge_key",
     "bridge_row_to_doc",
     "deepseek_stage_layers",
+    "recipe_differences",
     "recipe_facts",
 ]
 
@@ -122,6 +123,28 @@ def bridge_key(row: dict) -> tuple:
         raise KeyError(f"{rid}: unknown model")
     variant = "alt" if rid.endswith("_alt") else "main"
     return model, gpu, container, variant
+
+
+def recipe_differences(id_a: str, id_b: str) -> list[tuple[str, object, object]]:
+    """``[(setting, value of a, value of b)]``: the recipe facts (:func:`recipe_facts`) in which
+    two Megatron-Bridge rows' recipes differ, settings left unset by either recipe skipped.
+
+    >>> recipe_differences(
+    ...     "mbridge_25.09_DGX-B200_Qwen3_30B_a3B__tokendrop__8gpu_FP8unspecified",
+    ...     "mbridge_25.11_DGX-B200_Qwen3_30B_a3B_8gpu_FP8-MX",
+    ... )
+    [('token_drop', True, False)]
+    """
+    fa, _ = recipe_facts(bridge_key({"id": id_a}))
+    fb, _ = recipe_facts(bridge_key({"id": id_b}))
+    if not fa or not fb:
+        return []
+    out = []
+    for k in sorted(set(fa) & set(fb)):
+        va, vb = fa[k]["value"], fb[k]["value"]
+        if va is not None and vb is not None and va != vb:
+            out.append((k, va, vb))
+    return out
 
 
 def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from codesign.calibration._bridge import bridge_key, recipe_differences
 from codesign.calibration._dataset import CONTRADICTED, CONTRADICTION_RATIO, is_zero3_exclusion
 from codesign.calibration._source_findings import (
     DgxcFinding,
@@ -175,9 +176,20 @@ def _zero3(res: dict) -> Zero3Finding | None:
 @dataclass(frozen=True)
 class ContradictionFinding:
     """Rows kept out of the fit because another row of the same recipe contradicts them:
-    ``(id, measured_s, after_s)`` each, in data order (pairs follow each other)."""
+    ``(id, measured_s, after_s)`` each, in data order (pairs follow each other), and per pair
+    ``(model, gpu, container a, container b, [(setting, value a, value b)])``, the recipe facts
+    in which the two releases' recipes differ
+    (:func:`codesign.calibration._bridge.recipe_differences`)."""
 
     rows: tuple[tuple[str, float, float], ...]
+    pairs: tuple[tuple[str, str, str, str, tuple], ...] = ()
+
+    def _differences(self) -> str:
+        parts = []
+        for model, gpu, ca, cb, diffs in self.pairs:
+            what = ", ".join(f"{k} {va} ({ca}) / {vb} ({cb})" for k, va, vb in diffs)
+            parts.append(f"{model} on {gpu.upper()}: {what or 'no collected setting differs'}")
+        return "; ".join(parts)
 
     def sentence(self) -> str:
         parts = [
@@ -186,24 +198,39 @@ class ContradictionFinding:
             for rid, m, a in self.rows
         ]
         r = CONTRADICTION_RATIO
-        return (
+        text = (
             f"{len(self.rows)} Megatron-Bridge rows contradict another row of the same system, "
             "model, number format, batch and layout (two container releases of one recipe "
             f"whose measured step times differ by more than {r:g}x; see "
             "codesign.calibration.contradictions).  A model that does not tell the two recipes "
             "apart gives both rows of a pair the same prediction, so no such model puts both within "
             f"{100 * (r - 1) / (r + 1):.0f} % of their measurements; both rows are kept out of "
-            "every fit and reported apart (group 'Bridge contradicted'): "
-            + "; ".join(parts)
-            + ".  The pages print the same layout, but the recipes differ: 25.09 ran the Qwen3 "
-            "recipes with token drop and capacity padding (run_script.py apply_moe_token_drop: "
-            "static shapes, no host synchronization; whole-layer CUDA graphs on 8 B200), 25.11 "
-            "dropless, whose dispatcher copies the token counts to the host and waits for them in "
-            "every MoE layer's forward (Megatron-Core token_dispatcher.py cuda_sync_point); the model "
-            "charges no host time.  Later releases alternate the same way (external, not "
-            "fitted: on 16 H100 at PP 2, VP 12, micro-batch 1 the Megatron-Bridge 26.02 page "
-            "gives 5,113 tokens/s/GPU, 26.02.01 9,058): the recipe's speed depends on the "
-            "release."
+            "every fit and reported apart (group 'Bridge contradicted'): " + "; ".join(parts) + "."
+        )
+        if self.pairs:
+            text += (
+                "  The pages print the same layout, but the recipes differ (the collected recipe "
+                "facts, codesign.calibration._bridge_recipes): " + self._differences() + "."
+            )
+        drop = [p for p in self.pairs if any(k == "token_drop" for k, _, _ in p[4])]
+        if drop:
+            graphs = [ca for _, gpu, ca, _, _ in drop if gpu == "b200"]
+            text += (
+                "  Token drop with capacity padding (run_script.py apply_moe_token_drop) runs "
+                "static shapes without host synchronization"
+                + (
+                    f"; the {graphs[0]} recipe on B200 also captured whole-layer CUDA graphs"
+                    if graphs
+                    else ""
+                )
+                + "; the dropless dispatcher copies the token counts to the host and waits for "
+                "them in every MoE layer's forward (Megatron-Core token_dispatcher.py "
+                "cuda_sync_point), and the model charges no host time."
+            )
+        return text + (
+            "  Later releases alternate the same way (external, not fitted: on 16 H100 at PP 2, "
+            "VP 12, micro-batch 1 the Megatron-Bridge 26.02 page gives 5,113 tokens/s/GPU, "
+            "26.02.01 9,058): the recipe's speed depends on the release."
         )
 
 
@@ -305,7 +332,18 @@ def _contradicted(res: dict) -> ContradictionFinding | None:
         for i, p in enumerate(res["points"])
         if str(p.get("excluded") or "").startswith(CONTRADICTED)
     )
-    return ContradictionFinding(rows) if rows else None
+    if not rows:
+        return None
+    by_recipe: dict[tuple, list[tuple[str, str]]] = {}
+    for rid, _, _ in rows:
+        model, gpu, container, _ = bridge_key({"id": rid})
+        by_recipe.setdefault((model, gpu), []).append((container, rid))
+    pairs = []
+    for (model, gpu), members in by_recipe.items():
+        if len(members) == 2:
+            (ca, a), (cb, b) = sorted(members)
+            pairs.append((model, gpu, ca, cb, tuple(recipe_differences(a, b))))
+    return ContradictionFinding(rows, tuple(pairs))
 
 
 def _memory_sentence() -> str:

@@ -197,7 +197,8 @@ def run_validation(
     }
 
 
-_WITH_RECOMPUTE = DEFAULT_PARAMS + ("recompute_factor",)
+_PER_STACK = tuple(p for p in DEFAULT_PARAMS if p != "dp_comm_eff")
+_WITH_RECOMPUTE = _PER_STACK + ("recompute_factor",)
 
 ABLATION_SETS = {
     "gemm_max": (("gemm_max",), {}),
@@ -208,33 +209,34 @@ ABLATION_SETS = {
     ),
     "+ hbm_eff, gemm_half_dim": (("gemm_max", "attention_eff", "hbm_eff", "gemm_half_dim"), {}),
     "+ dp/tp overlap, tier efficiency, per generation": (
-        DEFAULT_PARAMS,
+        _PER_STACK,
         {
             "gemm_max": "generation+precision",
             "attention_eff": "generation+attention",
             "hbm_eff": "generation",
         },
     ),
-    "+ per software stack (chosen)": (DEFAULT_PARAMS, {}),
-    "chosen, dp_overlap_eff shared": (DEFAULT_PARAMS, {"dp_overlap_eff": "shared"}),
-    "chosen + recompute_factor": (_WITH_RECOMPUTE, {}),
-    "chosen + recompute_factor, tier efficiency per fabric": (
+    "+ per software stack": (_PER_STACK, {}),
+    "+ dp_comm_eff per stack (chosen)": (DEFAULT_PARAMS, {}),
+    "per stack, dp_overlap_eff shared": (_PER_STACK, {"dp_overlap_eff": "shared"}),
+    "per stack + recompute_factor": (_WITH_RECOMPUTE, {}),
+    "per stack + recompute_factor, tier efficiency per fabric": (
         _WITH_RECOMPUTE,
         {"tier_efficiency": "fabric"},
     ),
-    "chosen + recompute_factor, backward_factor per stack": (
+    "per stack + recompute_factor, backward_factor per stack": (
         _WITH_RECOMPUTE,
         {"backward_factor": "shared+stack"},
     ),
-    "chosen + recompute_factor, gemm_half_dim per generation": (
+    "per stack + recompute_factor, gemm_half_dim per generation": (
         _WITH_RECOMPUTE,
         {"gemm_half_dim": "generation"},
     ),
-    "chosen + recompute_factor, ep_overlap_eff per stack": (
+    "per stack + recompute_factor, ep_overlap_eff per stack": (
         _WITH_RECOMPUTE,
         {"ep_overlap_eff": "shared+stack"},
     ),
-    "chosen + recompute_factor, elementwise_traffic, optimizer_bytes_per_param per stack": (
+    "per stack + recompute_factor, elementwise_traffic, optimizer_bytes_per_param per stack": (
         _WITH_RECOMPUTE + ("elementwise_traffic", "optimizer_bytes_per_param"),
         {"elementwise_traffic": "shared+stack", "optimizer_bytes_per_param": "shared+stack"},
     ),
