@@ -339,8 +339,8 @@ def evaluate_unchecked(
     def dp_times(n_params, group):
         """(every-step reduction over the inner tiers, outer all-reduce over the sites)."""
         lat_t, per_byte_t = coll.reduce_scatter_tier_coeffs(group, sy, sm)  # AR = 2 RS, AG = RS
+        per_byte_t = safe_div(per_byte_t, eff.dp_comm_eff)  # both reductions are DP collectives
         lat, per_byte = jnp.sum(inner * lat_t, axis=0), jnp.sum(inner * per_byte_t, axis=0)
-        per_byte = safe_div(per_byte, eff.dp_comm_eff)
         rs = lat + gbytes * n_params * per_byte
         ag = lat + 2.0 * n_params * per_byte
         every = z[0] * 2.0 * rs + (z[1] + z[2]) * (rs + ag) + z[3] * n_mb * (rs + 2.0 * ag)

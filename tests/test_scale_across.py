@@ -87,6 +87,26 @@ def test_outer_reduction_every_h_steps_shortens_the_step():
     assert float(t[4][2].memory_gb["optimizer"]) > float(t[1][2].memory_gb["optimizer"])
 
 
+def test_outer_reduction_runs_at_the_data_parallel_efficiency():
+    """The outer (DiLoCo) all-reduce is a data-parallel collective like the every-step one:
+    its bandwidth term, isolated as the exposed DP time that compression removes (no outer
+    overlap, so it is exposed whole), doubles when ``dp_comm_eff`` halves."""
+    kw = {"cross": "cross-region", "placement": DP_OUT, "outer_sync_interval": 4}
+
+    def removed_by_compression(dp_comm_eff):
+        t = []
+        for c in (1.0, 0.5):
+            cfg = _cfg(outer_compression=c, **kw)
+            eff = dataclasses.replace(cfg.efficiency, dp_comm_eff=dp_comm_eff)
+            r = cd.evaluate(cfg.model, cfg.training, cfg.system, cfg.strategy, eff)
+            t.append(float(r.breakdown_s["dp_comm"]))
+        return t[0] - t[1]
+
+    full, half = removed_by_compression(1.0), removed_by_compression(0.5)
+    assert full > 0
+    assert half == pytest.approx(2 * full, rel=1e-9)
+
+
 def test_compression_and_overlap_only_help():
     kw = {"cross": "cross-region", "placement": DP_OUT, "outer_sync_interval": 4}
     base = cd.evaluate(*_cfg(**kw).specs())
