@@ -10,7 +10,10 @@ evaluated exactly in one batch; move to the best, repeat until none improves.  A
 search also tries whole-axis layout moves and, on its own layout, every other categorical
 combination with the bandwidths searched again for it (a bandwidth-only search that first
 walks into the feasible set): under a capex cap, dropping recomputation pays off only once
-capacity is bought back from compute, a change no single move makes.  Infeasible points
+capacity is bought back from compute, a change no single move makes; and it restarts from
+the layouts of those whole-axis moves ranked by their best point on a coarse scan of the
+bandwidth axes (under a capex cap, a smaller cluster pays off only with the faster fabric
+its savings buy, so at the stalled point's bandwidths it ranks far down).  Infeasible points
 rank after feasible ones by how far they exceed memory, budget and power, so a rounding
 just over the budget walks into the feasible set.
 Only valid points count as exact evaluations (``num_exact_evals``); results are memoized.
@@ -112,6 +115,16 @@ def local_search(
                     qk = ev.keys([q])[0]
                     if better(qk, best_qk):
                         best_q, best_qk = q, qk
+                # ... and from the layouts of those moves ranked by their best point on a
+                # coarse scan of the bandwidth axes (STALL_LAYOUTS of them): under a capex
+                # cap, a smaller cluster pays off only with the faster fabric its savings
+                # buy, so ranked at the point's own or the cheapest bandwidths it ranks far
+                # down (74th of 214 layouts for gpt3-175b-h100-nvlink-domain's optimum).
+                for q0 in _bandwidth_scan_starts(disc, nb, ks, STALL_LAYOUTS):
+                    q, _, _ = local_search(disc, q0, k_layouts, 8, None, None, deep=False)
+                    qk = ev.keys([q])[0]
+                    if better(qk, best_qk):
+                        best_q, best_qk = q, qk
                 if best_q is not None:
                     nb, ks, j, improved = [best_q], [best_qk], 0, True
         if improved:
@@ -138,6 +151,55 @@ def _category_starts(disc: Discretizer, point: tuple, k: int) -> list[tuple]:
     ks = disc.ev.keys(pts)
     order = sorted(range(len(pts)), key=lambda i: ks[i])
     return [pts[i] for i in order if math.isfinite(ks[i][1])][:k]
+
+
+SCAN_VALUES = 5
+"""Values per bandwidth axis in the stalled search's bandwidth scan (evenly spaced grid
+indices, both ends included; every value of a shorter axis)."""
+
+SCAN_POINTS = 128
+"""At most this many bandwidth combinations per layout in that scan (fewer values per axis
+when the axes are many)."""
+
+
+def _scan_indices(n: int, k: int) -> list[int]:
+    """``k`` evenly spaced indices of an axis of ``n`` values, both ends included."""
+    if n <= k:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
+
+
+def _bandwidth_scan_starts(disc: Discretizer, pts: list, ks: list, k: int) -> list[tuple]:
+    """Starts for a stalled search: the layouts of ``pts`` (with the two best categorical
+    combinations each has among ``pts``, by ``ks``) evaluated on a coarse scan of the
+    bandwidth axes (:data:`SCAN_VALUES` per axis, at most :data:`SCAN_POINTS` combinations),
+    and the best point of each of the ``k`` best layouts by that scan, feasible first.
+    Nothing when the problem has no bandwidth axis."""
+    if not disc.bw_axes:
+        return []
+    sizes = [disc.ev.shape[a] for a in disc.bw_axes]
+    per = SCAN_VALUES
+    while per > 2 and math.prod(min(n, per) for n in sizes) > SCAN_POINTS:
+        per -= 1
+    grid = list(itertools.product(*[_scan_indices(n, per) for n in sizes]))
+    cats: dict = {}
+    for i in sorted(range(len(pts)), key=lambda i: ks[i]):
+        if not math.isfinite(ks[i][1]):
+            continue
+        lay, cat, _ = disc.split(pts[i])
+        lst = cats.setdefault(lay, [])
+        if cat not in lst and len(lst) < 2:
+            lst.append(cat)
+    cand = [disc.compose(lay, c, b) for lay, cs in cats.items() for c in cs for b in grid]
+    if not cand:
+        return []
+    ck = disc.ev.keys(cand)
+    best: dict = {}
+    for q, qk in zip(cand, ck, strict=True):
+        lay = disc.layout_of(q)
+        if math.isfinite(qk[1]) and (lay not in best or qk < best[lay][1]):
+            best[lay] = (q, qk)
+    return [q for q, _ in sorted(best.values(), key=lambda e: e[1])[:k]]
 
 
 def _pin(disc: Discretizer, point: tuple, space: relax.Space, box: relax.Box):
