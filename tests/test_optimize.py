@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from pathlib import Path
 
@@ -202,7 +203,12 @@ def test_stalled_search_ranks_layouts_by_a_scan_of_the_bandwidths():
     whole-axis moves, beyond the restarts; seed 0 of the benchmark stopped 10 % above the
     optimum.  Ranked by a scan of the bandwidth axes it is a restart, and the search reaches
     the optimum."""
-    from codesign.search._local import _bandwidth_scan_starts, _scan_indices
+    from codesign.search._local import (
+        SCAN_POINTS,
+        SCAN_VALUES,
+        _bandwidth_scan_starts,
+        _scan_indices,
+    )
 
     assert _scan_indices(4, 5) == [0, 1, 2, 3]
     assert _scan_indices(9, 5) == [0, 2, 4, 6, 8]
@@ -235,13 +241,21 @@ def test_stalled_search_ranks_layouts_by_a_scan_of_the_bandwidths():
     assert 0 < len(starts) <= 8
     sk = ev.keys(starts)
     assert sk == sorted(sk) and all(math.isfinite(k[1]) for k in sk)
-    # One start per layout, each the best of its layout's scanned points, and better than
-    # that layout's best move at the stalled point's bandwidths.
+    # One start per layout, on the scan grid (SCAN_VALUES evenly spaced values per bandwidth
+    # axis, both ends), and the best of its layout's scan points with its categorical choices.
     lays = [disc.layout_of(q) for q in starts]
     assert len(set(lays)) == len(lays)
+    grid = list(itertools.product(*[_scan_indices(ev.shape[a], SCAN_VALUES) for a in disc.bw_axes]))
+    assert 1 < len(grid) <= SCAN_POINTS
     for q, qk in zip(starts, sk, strict=True):
-        own = [k for m, k in zip(moves, ks, strict=True) if disc.layout_of(m) == disc.layout_of(q)]
-        assert qk <= min(own)
+        lay, cat, bw = disc.split(q)
+        assert bw in grid
+        assert qk == min(ev.keys([disc.compose(lay, cat, b) for b in grid]))
+    # With ``below`` (as the search calls it), only points better than the stalled one.
+    (cur,) = ev.keys([stuck])
+    assert any(not k < cur for k in sk)
+    below = ev.keys(_bandwidth_scan_starts(disc, moves, ks, 8, below=cur))
+    assert below and all(k < cur for k in below)
     res = optimize(pb, Settings(), seed=0)
     ex = _exhaustive(pb)
     assert res.exact_objective == pytest.approx(float(ex.best_values[0]), rel=1e-9)
