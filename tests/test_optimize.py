@@ -259,3 +259,54 @@ def test_stalled_search_ranks_layouts_by_a_scan_of_the_bandwidths():
     res = optimize(pb, Settings(), seed=0)
     ex = _exhaustive(pb)
     assert res.exact_objective == pytest.approx(float(ex.best_values[0]), rel=1e-9)
+
+
+@pytest.mark.slow
+def test_stalled_search_polishes_the_bandwidths_of_near_scanned_layouts(monkeypatch):
+    """Dollars per token (``llama3-70b-usd-per-token``) is sharp in the scale-out bandwidth:
+    the optimum (256 H200s, tp 2, pp 1, ZeRO-3, 35 GB/s) is three coordinates from the point
+    where seed 0 stalled (pp 2, ZeRO-2, 18 GB/s), and on the 3-value scan of the bandwidths
+    (12.5 / 50 / 200 GB/s) its layout's best point is 3.8 % above the stalled one, so no
+    scanned point restarts the search there.  A short bandwidth-only search from the layouts
+    scanned within ``SCAN_SLACK`` of the stalled point finds one below it, and the search
+    reaches the optimum (it stopped 0.9 % above it without)."""
+    import codesign.search._local as local
+
+    pb = load_problem(PROBLEM.parent / "llama3-70b-usd-per-token.toml")
+    ev = ExactEvaluator(pb)
+    disc = Discretizer(pb, ev)
+    bw = ev.values[ev.paths.index("system.tiers[1].bandwidth_gbps")]
+
+    def index(values: dict) -> tuple:
+        return tuple(ev.values[a].index(values[p]) for a, p in enumerate(ev.paths))
+
+    stuck_v = {
+        "system.num_accelerators": 256.0,
+        "strategy.tp": 2.0,
+        "strategy.pp": 2.0,
+        "strategy.cp": 1.0,
+        "strategy.microbatch": 1.0,
+        "strategy.recompute": "none",
+        "strategy.zero": 2,
+        "system.tiers[1].bandwidth_gbps": bw[1],
+    }
+    stuck = index(stuck_v)
+    best = index(
+        {**stuck_v, "strategy.pp": 1.0, "strategy.zero": 3, "system.tiers[1].bandwidth_gbps": bw[3]}
+    )
+    (cur,) = ev.keys([stuck])
+    moves = disc.axis_moves(stuck)
+    ks = ev.keys(moves)
+    # Stalled there: no single move or whole-axis move is better.
+    assert min(ev.keys(disc.neighbours(stuck, Settings().local_layouts))) >= cur
+    assert min(ks) >= cur
+    starts = local._bandwidth_scan_starts(disc, moves, ks, local.STALL_LAYOUTS, below=cur)
+    assert starts and all(k < cur for k in ev.keys(starts))
+    assert disc.layout_of(best) in {disc.layout_of(q) for q in starts}
+    monkeypatch.setattr(local, "SCAN_SLACK", 0.0)
+    assert local._bandwidth_scan_starts(disc, moves, ks, local.STALL_LAYOUTS, below=cur) == []
+    monkeypatch.undo()
+    res = optimize(pb, Settings(), seed=0)
+    ex = _exhaustive(pb)
+    assert res.exact_objective == pytest.approx(float(ex.best_values[0]), rel=1e-9)
+    assert ev.keys([best])[0][1] == pytest.approx(float(ex.best_values[0]), rel=1e-12)
