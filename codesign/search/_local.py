@@ -116,11 +116,12 @@ def local_search(
                     if better(qk, best_qk):
                         best_q, best_qk = q, qk
                 # ... and from the layouts of those moves ranked by their best point on a
-                # coarse scan of the bandwidth axes (STALL_LAYOUTS of them, where that point
-                # is better than the stalled one): under a capex
-                # cap, a smaller cluster pays off only with the faster fabric its savings
-                # buy, so ranked at the point's own or the cheapest bandwidths it ranks far
-                # down (74th of 214 layouts for gpt3-175b-h100-nvlink-domain's optimum).
+                # coarse scan of the bandwidth axes (STALL_LAYOUTS of them, where that point,
+                # or a bandwidth-only search from one scanned within SCAN_SLACK, is better
+                # than the stalled one): under a capex cap, a smaller cluster pays off only
+                # with the faster fabric its savings buy, so ranked at the point's own or the
+                # cheapest bandwidths it ranks far down (74th of 214 layouts for
+                # gpt3-175b-h100-nvlink-domain's optimum).
                 for q0 in _bandwidth_scan_starts(disc, nb, ks, STALL_LAYOUTS, cur_k):
                     q, _, _ = local_search(disc, q0, k_layouts, 8, None, None, deep=False)
                     qk = ev.keys([q])[0]
