@@ -39,6 +39,7 @@ jax.config.update("jax_enable_x64", True)
 
 import codesign as cd  # noqa: E402
 from codesign.calibration._bridge import bridge_key  # noqa: E402
+from codesign.calibration._dataset import same_layout_groups  # noqa: E402
 from codesign.calibration._rows import (  # noqa: E402
     BRIDGE_DATA_PATH,
     calibrated_row_config,
@@ -204,7 +205,85 @@ def _stats(recs: list[dict]) -> str:
     )
 
 
-def markdown(recs: list[dict], seconds: float) -> str:
+def release_floor(rows: list[dict], recs: list[dict]) -> dict:
+    """The same layout measured in several releases, and what no release-blind model can fix.
+
+    ``rows``: every Megatron-Bridge row (fitted and external); ``recs``: the external rows'
+    predictions (:func:`evaluate_rows`).  Groups by :func:`codesign.calibration.same_layout_groups`
+    with the exact number format (FP8 current scaling apart from MXFP8).  In each group the
+    single prediction with the least mean absolute percentage error lies between the step
+    times (a weighted median of them); the plain median used here is close to it, so
+    ``floor_mape_pct``, the mean over the rows of ``|median / t - 1|``, is about the least
+    error of a model that knows the hardware, model and layout but not the release (one
+    prediction per group).  ``floor_external_pct`` is the same mean over the external rows
+    only, beside ``model_mape_pct``, the shipped model's MAPE on those rows.
+    """
+    groups = same_layout_groups(rows, exact_precision=True)
+    pred = {r["id"]: r for r in recs if "error_pct" in r}
+    floor, floor_ext, model, table = [], [], [], []
+    for members in groups:
+        med = statistics.median(t for _, _, t in members)
+        for row_id, _, t in members:
+            floor.append(abs(med / t - 1.0))
+            if row_id in pred:
+                floor_ext.append(abs(med / t - 1.0))
+                model.append(abs(pred[row_id]["error_pct"]))
+        times = [t for _, _, t in members]
+        errs = [pred[i]["error_pct"] for i, _, _ in members if i in pred]
+        table.append((max(times) / min(times) - 1.0, members, errs))
+    table.sort(key=lambda g: -g[0])
+
+    def pct(xs):
+        return 100.0 * statistics.mean(xs) if xs else float("nan")
+
+    return {
+        "groups": table,
+        "rows": len(floor),
+        "floor_mape_pct": pct(floor),
+        "floor_max_pct": 100.0 * max(floor) if floor else float("nan"),
+        "external_rows": len(model),
+        "floor_external_pct": pct(floor_ext),
+        "model_mape_pct": statistics.mean(model) if model else float("nan"),
+        "median_spread_pct": 100.0 * statistics.median(g[0] for g in table) if table else 0.0,
+    }
+
+
+def _floor_lines(fl: dict) -> list[str]:
+    if not fl["groups"]:
+        return []
+    lines = [
+        "",
+        "## One layout in several releases: the floor for a model that does not know the release",
+        "",
+        f"{len(fl['groups'])} layouts ran in more than one release ({fl['rows']} rows, fitted "
+        "and external: same system, GPU count, model, sequence length, number format, batch "
+        "and parallel degrees; `codesign.calibration.same_layout_groups`).  A model of the "
+        "hardware and the layout gives every row of such a group one prediction, so the spread "
+        "inside a group is error that no such model can remove: one prediction per layout at "
+        "the group's median step time (about the least error a single value can have: the "
+        "optimum is a weighted median) is still "
+        f"**{fl['floor_mape_pct']:.1f} %** off "
+        f"on average (max {fl['floor_max_pct']:.1f} %); on the {fl['external_rows']} external "
+        f"rows of these groups {fl['floor_external_pct']:.1f} %, where the model (which "
+        f"knows neither these releases nor their rows) is {fl['model_mape_pct']:.1f} % off.  "
+        f"Median spread (slowest / fastest - 1): {fl['median_spread_pct']:.1f} %; "
+        f"{sum(1 for g in fl['groups'] if g[0] > 1 / 3)} layouts changed speed by more than "
+        "a third from one release to another.  The model predicts every release of a layout "
+        "alike (its presets fit the 25.09 and 25.11 software), so where a release changed the "
+        "speed, its error follows the release (table below, widest spread first).",
+        "",
+        "| spread % | layout | step time s by release | model error % (external rows) |",
+        "|---|---|---|---|",
+    ]
+    for spread, members, errs in fl["groups"]:
+        name = members[0][0].split("_", 2)[2]
+        by_rel = ", ".join(f"{rel} {t:.2f}" for _, rel, t in members)
+        err = ", ".join(f"{e:+.1f}" for e in errs) or "-"
+        lines.append(f"| {100.0 * spread:.1f} | {name} | {by_rel} | {err} |")
+    return lines
+
+
+def markdown(recs: list[dict], seconds: float, floor: dict | None = None) -> str:
     ok = [r for r in recs if "error_pct" in r]
     skipped = [r for r in recs if "skip" in r]
     lines = [
@@ -256,6 +335,8 @@ def markdown(recs: list[dict], seconds: float) -> str:
             f"| {r['id']} | {r['model']} | {r['measured_s']:.3f} | {r['predicted_s']:.3f} | "
             f"{r['error_pct']:+.1f} | {'yes' if r['fits'] else 'no'} | {r['notes']} |"
         )
+    if floor:
+        lines += _floor_lines(floor)
     if skipped:
         lines += ["", "Not expressible:", ""]
         lines += [f"- {r['id']}: {r['skip']}" for r in skipped]
@@ -279,11 +360,13 @@ def main(argv=None) -> int:
         print(f"{len(rows)} rows -> {DATA}")
         return 0
     t0 = time.perf_counter()
-    recs = evaluate_rows(load_rows(DATA))
+    external = load_rows(DATA)
+    recs = evaluate_rows(external)
+    floor = release_floor(load_rows(BRIDGE_DATA_PATH) + external, recs)
     seconds = time.perf_counter() - t0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    md = markdown(recs, seconds)
+    md = markdown(recs, seconds, floor)
     (out / "external_bridge.md").write_text(md)
     (out / "external_bridge.json").write_text(json.dumps(recs, indent=1) + "\n")
     print("\n".join(md.splitlines()[8:20]))

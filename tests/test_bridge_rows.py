@@ -243,3 +243,43 @@ def test_external_test_set_rows_load():
         assert not any(n.startswith("recipe facts of") for n in notes), notes  # none borrowed
         t, _ = measured_step_time(row)
         assert t > 0
+
+
+def test_same_layout_groups_join_releases_of_one_layout():
+    """One layout measured in several releases forms one group (releases sorted, step times as
+    measured); a layout seen in one release only forms none; the exact number format keeps an
+    FP8 current-scaling row apart from an MXFP8 row of the same layout."""
+    from pathlib import Path
+
+    from codesign.calibration import same_layout_groups
+
+    ext = load_rows(
+        Path(__file__).resolve().parents[1] / "experiments/data/megatron_bridge_2026_external.json"
+    )
+    rows = load_rows(BRIDGE_DATA_PATH) + ext
+    by_id = {r["id"]: r for r in rows}
+    groups = same_layout_groups(rows)
+    for members in groups:
+        assert len({rel for _, rel, _ in members}) > 1
+        assert [rel for _, rel, _ in members] == sorted(rel for _, rel, _ in members)
+        for row_id, rel, t in members:
+            assert row_id.split("_")[1] == rel
+            assert t == pytest.approx(measured_step_time(by_id[row_id])[0])
+    oss = "DGX-GB300_GPT_OSS_120B_64gpu_MXFP8"
+    (group,) = [g for g in groups if any(i.endswith(oss) for i, _, _ in g)]
+    assert [rel for _, rel, _ in group] == ["26.06", "26.06.01", "26.08"]
+    # 26.06.01's attention-sink regression: 2.47 s -> 4.04 s on the same layout.
+    assert group[1][2] / group[0][2] > 1.5
+    grouped = {i for g in groups for i, _, _ in g}
+    assert "mbridge_25.11_DGX-GB300_GPT_OSS_120B_64gpu_BF16" not in grouped  # one release only
+    cs, mx = (
+        "mbridge_25.11_DGX-B200_LLAMA3_8B_8gpu_FP8-CS",
+        "mbridge_25.11_DGX-B200_LLAMA3_8B_8gpu_FP8-MX_alt",
+    )
+    together = [g for g in groups if {cs, mx} <= {i for i, _, _ in g}]
+    apart = [
+        g
+        for g in same_layout_groups(rows, exact_precision=True)
+        if {cs, mx} <= {i for i, _, _ in g}
+    ]
+    assert len(together) == 1 and not apart

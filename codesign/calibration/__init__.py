@@ -19,7 +19,7 @@ Example:
     (8, 'megatron')
 """
 
-from codesign.calibration._dataset import build_dataset, contradictions
+from codesign.calibration._dataset import build_dataset, contradictions, same_layout_groups
 from codesign.calibration._findings import Findings, compute_findings, findings
 from codesign.calibration._fit import Calibration, calibrate, predict_step_times
 from codesign.calibration._plot import parity_figure
@@ -59,4 +59,5 @@ __all__ = [
     "row_to_doc",
     "run_ablation",
     "run_validation",
+    "same_layout_groups",
 ]

@@ -29,6 +29,7 @@ __all__ = [
     "fit_exclusion",
     "is_zero3_exclusion",
     "make_splits",
+    "same_layout_groups",
     "source_weights",
 ]
 
@@ -60,10 +61,11 @@ def fit_exclusion(row: dict) -> str | None:
     return None
 
 
-def _layout_key(row: dict) -> tuple:
+def _layout_key(row: dict, exact_precision: bool = False) -> tuple:
     """What fixes a run's step time but the software release: system, GPU count, model,
     sequence, number format (:func:`codesign.specs.precision_family` of the recipe as mapped:
-    every FP8 scaling recipe is ``fp8``), batch and every parallel degree (the row's own
+    every FP8 scaling recipe is ``fp8``; with ``exact_precision`` the recipe itself, e.g.
+    ``fp8-current`` apart from ``mxfp8``), batch and every parallel degree (the row's own
     figures)."""
     hw, par, mod = row["hardware"], row["parallel"], row["model"]
     prec = bridge_precision(row, bridge_key(row), [])
@@ -73,9 +75,37 @@ def _layout_key(row: dict) -> tuple:
         int(hw["num_gpus"]),
         str(mod.get("name")),
         int(mod.get("seq_len", 0)),
-        precision_family(prec),
+        prec if exact_precision else precision_family(prec),
         *(str(par.get(k)) for k in degrees),
     )
+
+
+def same_layout_groups(rows: list[dict], exact_precision: bool = False) -> list[list[tuple]]:
+    """Megatron-Bridge rows that ran one layout in several container releases.
+
+    Groups the rows by :func:`_layout_key` (system, GPU count, model, sequence length, number
+    format, global and micro-batch, every parallel degree) and returns each group that holds
+    more than one release, as ``[(row id, release, measured step time s), ...]`` sorted by
+    release.  Such a group is the same job measured under different software: a model that
+    knows the hardware and the layout but not the release gives every member one prediction,
+    so the spread inside a group bounds how well any such model can predict a release it has
+    not seen (see :func:`contradictions`, which keeps the pairs more than 1.5x apart out of
+    the fit).
+    """
+    groups: dict[tuple, list[tuple[str, str, float]]] = {}
+    for row in rows:
+        if not is_bridge_row(row):
+            continue
+        t, _ = measured_step_time(row)
+        if t:
+            release = row["id"].split("_")[1]
+            key = _layout_key(row, exact_precision)
+            groups.setdefault(key, []).append((row["id"], release, float(t)))
+    return [
+        sorted(members, key=lambda m: m[1])
+        for members in groups.values()
+        if len({m[1] for m in members}) > 1
+    ]
 
 
 def contradictions(rows: list[dict], ratio: float = CONTRADICTION_RATIO) -> dict[str, str]:
@@ -96,17 +126,10 @@ def contradictions(rows: list[dict], ratio: float = CONTRADICTION_RATIO) -> dict
     scaling: 14.5 s; 25.11, MXFP8: 28.2 s), while on 8 GB200 the same two releases and
     recipes agree within 5 %.
     """
-    groups: dict[tuple, list[tuple[str, float]]] = {}
-    for row in rows:
-        if not is_bridge_row(row):
-            continue
-        t, _ = measured_step_time(row)
-        if t:
-            groups.setdefault(_layout_key(row), []).append((row["id"], float(t)))
     out = {}
-    for members in groups.values():
-        for a, ta in members:
-            for b, tb in members:
+    for members in same_layout_groups(rows):
+        for a, _, ta in members:
+            for b, _, tb in members:
                 if a != b and max(ta, tb) / min(ta, tb) > ratio:
                     out[a] = (
                         f"{CONTRADICTED}: {b} has the same system, model, number format, batch "
