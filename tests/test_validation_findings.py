@@ -337,3 +337,44 @@ def test_container_target_is_split_by_borrowed_values(res, facts):
     assert np.isclose(c.borrowed.mape_pct, np.mean(bor)) and c.target_pct == CONTAINER_TARGET_PCT
     assert f"{len(bor)} rows borrow: MAPE {np.mean(bor):.1f} %" in c.sentence()
     assert sum(n for _, n in c.labels) >= len(bor)
+
+
+def test_container_twins_are_the_rows_with_a_25_09_run_of_their_layout(rows, res, facts):
+    """The container finding's twin figures, recomputed from the raw rows: the held-out
+    Blackwell rows whose layout (same system, model, number format, batch and degrees) also
+    ran in 25.09, the model's error on them and the error of a prediction at the median of
+    their layout's step times."""
+    from codesign.calibration import same_layout_groups
+    from codesign.calibration._rows import measured_step_time
+
+    assert res["same_layout"] == [
+        [list(m) for m in g] for g in same_layout_groups(rows, exact_precision=True)
+    ]
+    sp = _split(res, "container")
+    by_id = {r["id"]: r for r in rows}
+    idx = {p["id"]: i for i, p in enumerate(res["points"])}
+    errs, floor = [], []
+    for r in rows:
+        i = idx.get(r["id"])
+        if i is None or not r["id"].startswith("mbridge_25.11"):
+            continue
+        p = res["points"][i]
+        if p["excluded"] is not None or not p["generation"].startswith("blackwell"):
+            continue
+        twins = [
+            q
+            for q in rows
+            if q["id"].startswith("mbridge_25.09")
+            and same_layout_groups([r, q], exact_precision=True)
+        ]
+        if not twins:
+            continue
+        times = [measured_step_time(q)[0] for q in [r, *twins]]
+        t = measured_step_time(by_id[r["id"]])[0]
+        errs.append((sp["after_s"][i] / t - 1.0) * 100)
+        floor.append(abs(float(np.median(times)) / t - 1.0) * 100)
+    c = facts.container
+    assert errs and c.twins.rows == len(errs)
+    assert np.isclose(c.twins.mape_pct, np.mean(np.abs(errs)))
+    assert np.isclose(c.twin_floor_pct, np.mean(floor))
+    assert f"{len(errs)} of the rows ran the same layout in 25.09" in c.sentence()

@@ -206,7 +206,8 @@ def build_dataset(rows: list[dict], recipe_facts: bool = True) -> dict:
                 "measured_mfu": row.get("measured", {}).get("mfu"),
             }
         )
-    return {"points": points, "ranges": ranges, "skipped": skipped}
+    same = [[list(m) for m in g] for g in same_layout_groups(rows, exact_precision=True)]
+    return {"points": points, "ranges": ranges, "skipped": skipped, "same_layout": same}
 
 
 def make_splits(

@@ -44,6 +44,7 @@ from codesign.calibration._tables import (
     CONTAINER_TARGET_PCT,
     blackwell_bridge,
     container_part,
+    container_twins,
     fmt,
 )
 
@@ -280,6 +281,8 @@ class ContainerFinding:
     borrowed: ErrorStats | None
     labels: tuple[tuple[str, int], ...]
     target_pct: float
+    twins: ErrorStats | None = None
+    twin_floor_pct: float | None = None
 
     def sentence(self) -> str:
         def part(st: ErrorStats | None, what: str) -> str:
@@ -299,7 +302,25 @@ class ContainerFinding:
             + "); "
             + part(self.own, "rows have every value fitted on their own labels")
             + ".  The split therefore measures the transfer to hardware and number formats "
-            "without 25.09 rows as much as the transfer to the next release."
+            "without 25.09 rows as much as the transfer to the next release." + self._twins()
+        )
+
+    def _twins(self) -> str:
+        if self.twins is None or self.twin_floor_pct is None:
+            return ""
+        return (
+            f"  {self.twins.rows} of the rows ran the same layout in 25.09 "
+            "(codesign.calibration.same_layout_groups, exact number format): a prediction "
+            "at each layout's median step time over its releases is "
+            f"{fmt(self.twin_floor_pct)} % off on them, the model "
+            f"{fmt(self.twins.mape_pct)} % (mean signed {fmt(self.twins.mean_signed_pct)} %)"
+            + (
+                ": on those rows most of the model's error is not the new release's (the "
+                "same layout ran about as fast in both)."
+                if self.twin_floor_pct < 0.5 * (self.twins.mape_pct or 0.0)
+                else ": on those rows the releases themselves differ by about as much as the "
+                "model misses."
+            )
         )
 
 
@@ -316,12 +337,15 @@ def _container(res: dict) -> ContainerFinding | None:
         if sp["held"][i] and p["excluded"] is None and blackwell_bridge(p):
             for lab in sp["borrowed"][i]:
                 counts[lab] = counts.get(lab, 0) + 1
+    twins = container_twins(res, blackwell_bridge)
     return ContainerFinding(
         all=container_part(res, blackwell_bridge, None),
         own=own,
         borrowed=bor,
         labels=tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
         target_pct=CONTAINER_TARGET_PCT,
+        twins=twins[0] if twins else None,
+        twin_floor_pct=twins[1] if twins else None,
     )
 
 

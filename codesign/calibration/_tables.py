@@ -425,6 +425,35 @@ def container_part(res: dict, sel, borrowed: bool | None) -> ErrorStats | None:
     return ErrorStats.of(errs) if errs else None
 
 
+def container_twins(res: dict, sel) -> tuple[ErrorStats, float] | None:
+    """The container split's held-out rows selected by ``sel`` that ran the same layout in a
+    training release (``res["same_layout"]``: :func:`codesign.calibration.same_layout_groups`,
+    exact number format): the model's errors on them, and the mean of ``|m / t - 1|`` with
+    ``m`` the median step time of each row's layout over its releases, about the least error
+    of a prediction that depends on the layout and not on the release.  None without such
+    rows or without the record (results written before it)."""
+    sp = split_of_kind(res, "container")
+    groups = res.get("same_layout")
+    if sp is None or not groups:
+        return None
+    index = {p["id"]: i for i, p in enumerate(res["points"])}
+    errs, floor = [], []
+    for members in groups:
+        ids = [m[0] for m in members if m[0] in index]
+        if not any(sp["train"][index[i]] for i in ids):
+            continue
+        med = float(np.median([m[2] for m in members]))
+        for row_id in ids:
+            i = index[row_id]
+            p = res["points"][i]
+            if sp["held"][i] and p["excluded"] is None and sel(p):
+                errs.append(error_pct(sp["after_s"][i], p["measured_s"]))
+                floor.append(abs(med / p["measured_s"] - 1.0) * 100.0)
+    if not errs:
+        return None
+    return ErrorStats.of(errs), float(np.mean(floor))
+
+
 def frontier_rows(res: dict) -> list[list[str]]:
     """Held-out MAPE of the fitted rows by model kind (random splits, mean over the seeds) and
     of the Megatron-Bridge rows held out by container version (fit without 25.11, predict

@@ -193,6 +193,7 @@ def run_validation(
         "splits": results,
         "ranges": range_rows,
         "skipped": dataset["skipped"],
+        "same_layout": dataset.get("same_layout", []),
         "_dataset": dataset,
     }
 
@@ -328,7 +329,7 @@ def ablation_summary(ablation: dict) -> dict:
             **{
                 k: v
                 for k, v in res.items()
-                if k not in ("points", "splits", "ranges", "skipped", "_dataset")
+                if k not in ("points", "splits", "ranges", "skipped", "same_layout", "_dataset")
             },
             "data": data_fingerprint(res),
             "splits": [{k: sp[k] for k in keep if k in sp} for sp in res["splits"]],
