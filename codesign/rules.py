@@ -12,7 +12,9 @@ The rules are Megatron-LM's (Shoeybi et al. 2019; Narayanan et al. 2021; Korthik
 2022): ``tp pp dp cp`` equals the accelerator count; ``tp`` divides the attention heads and
 divides or is a multiple of the key/value heads (GQA) and divides the Mamba-2 groups of a
 hybrid model; ``pp * interleave`` divides the
-layers and interleaving needs ``pp > 1``; ``cp`` divides the sequence; expert parallelism is
+layers and interleaving needs ``pp > 1`` and at least ``pp`` micro-batches per step
+(Megatron-Core's ``microbatch_group_size_per_vp_stage`` lies in ``[pp, num_microbatches]``);
+``cp`` divides the sequence; expert parallelism is
 carved out of the ``dp * cp`` ranks (``ep`` divides ``dp * cp`` and the expert count); the
 global batch is a multiple of ``dp * microbatch``; the cluster is made of whole scale-up
 domains (tier 0's domain divides the accelerator count; outer tiers such as buildings may be
@@ -220,6 +222,21 @@ RULES: tuple[Rule, ...] = (
         lambda xp, m, tr, sy, st: (st.interleave == 1) | (st.pp > 1),
         lambda m, tr, sy, st: st.interleave,
         lambda m, tr, sy, st: "1 when pp = 1",
+    ),
+    Rule(
+        "strategy.interleave",
+        lambda xp, m, tr, sy, st: (
+            (st.interleave == 1) | (tr.global_batch >= st.pp * st.dp * st.microbatch - 0.5)
+        ),
+        lambda m, tr, sy, st: (
+            f"{_g(st.interleave)} with {_g(tr.global_batch / (st.dp * st.microbatch))} "
+            f"micro-batches per step"
+        ),
+        lambda m, tr, sy, st: (
+            f"1 when a step has fewer micro-batches than pp = {_g(st.pp)} (Megatron-Core's "
+            "interleaved schedule runs micro-batches in groups of pp to num_microbatches: "
+            "microbatch_group_size_per_vp_stage)"
+        ),
     ),
     Rule(
         "strategy.cp",

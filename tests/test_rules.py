@@ -133,3 +133,25 @@ def test_derive_dp_and_sharding_fractions():
     assert (float(dense), float(expert)) == (16.0, 4.0)
     # 1000 dense and 400 expert parameters, fully sharded: 1000/16 + 400/4 per rank.
     assert float(rules.sharded(1000.0, 400.0, 1.0, st)) == pytest.approx(1000 / 16 + 400 / 4)
+
+
+def test_interleaving_needs_at_least_pp_microbatches():
+    """Megatron-Core's interleaved schedule runs micro-batches in groups of ``pp`` to
+    ``num_microbatches`` (``microbatch_group_size_per_vp_stage``), so it needs at least ``pp``
+    of them a step; the plain 1F1B schedule runs any number."""
+    cfg = small_config()
+    assert cfg.training.global_batch == 512
+
+    def st(v, mb):  # 64 accelerators: tp 1, pp 4, dp 16
+        return dataclasses.replace(
+            cfg.strategy, tp=1.0, pp=4.0, dp=16.0, cp=1.0, interleave=float(v), microbatch=float(mb)
+        )
+
+    args = (cfg.model, cfg.training, cfg.system)
+    assert _host_ok(*args, st(2, 8)) and _mask(*args, st(2, 8))  # 512 / (16 * 8) = 4 = pp
+    assert _host_ok(*args, st(1, 32)) and _mask(*args, st(1, 32))  # 1 micro-batch, no interleave
+    with pytest.raises(cd.SpecError) as e:
+        rules.check_strategy(st(2, 16), *args)  # 2 micro-batches < pp = 4
+    assert e.value.field == "strategy.interleave"
+    assert "fewer micro-batches than pp = 4" in str(e.value)
+    assert not _mask(*args, st(2, 16))
