@@ -38,8 +38,8 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import codesign as cd  # noqa: E402
+from codesign.calibration import layout_median_gaps, same_layout_groups  # noqa: E402
 from codesign.calibration._bridge import bridge_key  # noqa: E402
-from codesign.calibration._dataset import same_layout_groups  # noqa: E402
 from codesign.calibration._rows import (  # noqa: E402
     BRIDGE_DATA_PATH,
     calibrated_row_config,
@@ -210,26 +210,22 @@ def release_floor(rows: list[dict], recs: list[dict]) -> dict:
 
     ``rows``: every Megatron-Bridge row (fitted and external); ``recs``: the external rows'
     predictions (:func:`evaluate_rows`).  Groups by :func:`codesign.calibration.same_layout_groups`
-    with the exact number format (FP8 current scaling apart from MXFP8).  In each group the
-    single prediction with the least mean absolute percentage error lies between the step
-    times (a weighted median of them); the plain median used here is close to it, so
-    ``floor_mape_pct``, the mean over the rows of ``|median / t - 1|``, is about the least
-    error of a model that knows the hardware, model and layout but not the release (one
-    prediction per group).  ``floor_external_pct`` is the same mean over the external rows
-    only, beside ``model_mape_pct``, the shipped model's MAPE on those rows.
+    with the exact number format (FP8 current scaling apart from MXFP8);
+    ``floor_mape_pct`` is the mean of :func:`codesign.calibration.layout_median_gaps` (one
+    prediction per layout at its median: about the least error of a model that knows the
+    hardware, model and layout but not the release), ``floor_external_pct`` the same over the
+    external rows only, beside ``model_mape_pct``, the shipped model's MAPE on those rows.
     """
     groups = same_layout_groups(rows, exact_precision=True)
-    pred = {r["id"]: r for r in recs if "error_pct" in r}
-    floor, floor_ext, model, table = [], [], [], []
+    pred = {r["id"]: r["error_pct"] for r in recs if "error_pct" in r}
+    gaps = layout_median_gaps(groups)
+    floor = list(gaps.values())
+    floor_ext = [g for i, g in gaps.items() if i in pred]
+    model = [abs(pred[i]) for i in gaps if i in pred]
+    table = []
     for members in groups:
-        med = statistics.median(t for _, _, t in members)
-        for row_id, _, t in members:
-            floor.append(abs(med / t - 1.0))
-            if row_id in pred:
-                floor_ext.append(abs(med / t - 1.0))
-                model.append(abs(pred[row_id]["error_pct"]))
         times = [t for _, _, t in members]
-        errs = [pred[i]["error_pct"] for i, _, _ in members if i in pred]
+        errs = [pred[i] for i, _, _ in members if i in pred]
         table.append((max(times) / min(times) - 1.0, members, errs))
     table.sort(key=lambda g: -g[0])
 

@@ -19,7 +19,12 @@ Example:
     (8, 'megatron')
 """
 
-from codesign.calibration._dataset import build_dataset, contradictions, same_layout_groups
+from codesign.calibration._dataset import (
+    build_dataset,
+    contradictions,
+    layout_median_gaps,
+    same_layout_groups,
+)
 from codesign.calibration._findings import Findings, compute_findings, findings
 from codesign.calibration._fit import Calibration, calibrate, predict_step_times
 from codesign.calibration._plot import parity_figure
@@ -50,6 +55,7 @@ __all__ = [
     "efficiency_toml",
     "findings",
     "format_text",
+    "layout_median_gaps",
     "load_all_rows",
     "load_rows",
     "parity_figure",

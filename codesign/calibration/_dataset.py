@@ -28,6 +28,7 @@ __all__ = [
     "contradictions",
     "fit_exclusion",
     "is_zero3_exclusion",
+    "layout_median_gaps",
     "make_splits",
     "same_layout_groups",
     "source_weights",
@@ -106,6 +107,19 @@ def same_layout_groups(rows: list[dict], exact_precision: bool = False) -> list[
         for members in groups.values()
         if len({m[1] for m in members}) > 1
     ]
+
+
+def layout_median_gaps(groups) -> dict[str, float]:
+    """``{row id: |m / t - 1|}`` over the groups of :func:`same_layout_groups`, ``m`` the median
+    step time of the row's group: the error of one prediction per layout at its median, about
+    the least that a prediction which depends on the layout and not on the release can make
+    (the optimum in mean absolute percentage error is a weighted median)."""
+    out = {}
+    for members in groups:
+        med = float(np.median([t for _, _, t in members]))
+        for row_id, _, t in members:
+            out[row_id] = abs(med / t - 1.0)
+    return out
 
 
 def contradictions(rows: list[dict], ratio: float = CONTRADICTION_RATIO) -> dict[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from codesign.calibration._dataset import layout_median_gaps
 from codesign.calibration._stats import (
     ErrorStats,
     FamilyStats,
@@ -437,18 +438,18 @@ def container_twins(res: dict, sel) -> tuple[ErrorStats, float] | None:
     if sp is None or not groups:
         return None
     index = {p["id"]: i for i, p in enumerate(res["points"])}
+    gaps = layout_median_gaps(groups)
     errs, floor = [], []
     for members in groups:
         ids = [m[0] for m in members if m[0] in index]
         if not any(sp["train"][index[i]] for i in ids):
             continue
-        med = float(np.median([m[2] for m in members]))
         for row_id in ids:
             i = index[row_id]
             p = res["points"][i]
             if sp["held"][i] and p["excluded"] is None and sel(p):
                 errs.append(error_pct(sp["after_s"][i], p["measured_s"]))
-                floor.append(abs(med / p["measured_s"] - 1.0) * 100.0)
+                floor.append(100.0 * gaps[row_id])
     if not errs:
         return None
     return ErrorStats.of(errs), float(np.mean(floor))
