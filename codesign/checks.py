@@ -197,6 +197,7 @@ _FRACTIONS = (
     "ssd_eff",
     "dp_comm_eff",
 )
+_FLEX_RATIOS = ("moe_permute_flex_ratio", "ep_overlap_flex_ratio")
 _OVERLAPS = (
     "dp_overlap_eff",
     "tp_overlap_eff",
@@ -210,7 +211,7 @@ _OVERLAPS = (
 
 def check_efficiency(eff) -> None:
     """Check concrete efficiency parameters: rates in (0, 1], overlaps in [0, 1], sizes >= 0."""
-    for f in _FRACTIONS:
+    for f in _FRACTIONS + _FLEX_RATIOS:
         v = positive(f"efficiency.{f}", getattr(eff, f))
         if v > 1:
             raise SpecError(f"efficiency.{f}", getattr(eff, f), "a fraction of peak in (0, 1]")

@@ -66,6 +66,7 @@ from codesign.specs import Efficiency, Model, Strategy, System, precision_family
 __all__ = [
     "GATHER_BYTES",
     "QUANT_BYTES",
+    "flex_mix",
     "gemm_efficiency",
     "gemm_time",
     "layer_times",
@@ -110,6 +111,25 @@ element (per-tensor scale), plus one E8M0 scale per 32 elements for MXFP8, half 
 one scale per 16 (NVFP4) or 32 (MXFP4) elements for FP4; 2 in 16-bit training (the element
 sizes of :data:`codesign.memory.WEIGHT_CACHE_BYTES`, which holds two layouts per weight).
 The reduce-scatters of GEMM outputs stay in 16 bits."""
+
+
+def flex_mix(strategy: Strategy, ratio):
+    """``1 - d + d * ratio`` for ``d = strategy.moe_hierarchical_dispatch``: the multiplier of
+    an ``alltoall``-dispatcher efficiency value that gives the flex dispatcher's (DeepEP or
+    HybridEP, ``d`` = 1), linear in between for the relaxation.
+
+    Example:
+        >>> from codesign.specs import Strategy
+        >>> flex = Strategy(tp=1, pp=1, dp=8, moe_hierarchical_dispatch=1.0)
+        >>> float(flex_mix(flex, 0.25))
+        0.25
+        >>> float(flex_mix(flex.replace(moe_hierarchical_dispatch=0.5), 0.25))
+        0.625
+        >>> float(flex_mix(flex.replace(moe_hierarchical_dispatch=0.0), 0.25))
+        1.0
+    """
+    d = strategy.moe_hierarchical_dispatch
+    return 1.0 - d + d * ratio
 
 
 def peak_flops(system: System, precision: str):
@@ -252,9 +272,11 @@ def layer_times(
     # 16-bit slots in HBM, read and written: 2 with Megatron-Core's alltoall dispatcher (permute,
     # then sort by local expert; the sort is skipped when a rank holds one expert), 1 with the
     # flex dispatcher (DeepEP or HybridEP: one permute kernel beside the communication), times
-    # moe_permute_factor (router softmax/top-k, padding, unfused kernels; calibrated).
+    # moe_permute_factor (router softmax/top-k, padding, unfused kernels; calibrated), times
+    # moe_permute_flex_ratio with the flex dispatcher (calibrated apart).
     copies = jnp.minimum(st.moe_permute_copies, 1.0 + sm.step(local_experts - 1.0))
-    moe_permute = moe_frac * 2.0 * copies * 2.0 * 2.0 * slots * h / hbm * eff.moe_permute_factor
+    permute_factor = eff.moe_permute_factor * flex_mix(st, eff.moe_permute_flex_ratio)
+    moe_permute = moe_frac * 2.0 * copies * 2.0 * 2.0 * slots * h / hbm * permute_factor
     # Quantization casts of the GEMM inputs (per token: QKV and FC1 inputs h each, the
     # output-projection input v, the FC2 input f, expert slots likewise).
     d_inner = workload.mamba_dims(m)[0]

@@ -109,7 +109,16 @@ class Efficiency:
     (Korthikanti et al. 2022, Sec. 5); calibrated per software stack."""
     ep_overlap_eff: float = 0.5
     """Fraction of the expert-parallel all-to-all hidden behind another micro-batch's compute
-    when ``overlap_moe_comm`` is on.  Estimate; calibrated."""
+    when ``overlap_moe_comm`` is on, with Megatron-Core's ``alltoall`` dispatcher (NCCL
+    all-to-all).  Estimate; calibrated."""
+    ep_overlap_flex_ratio: float = 1.0
+    """The flex dispatcher's ``ep_overlap_eff`` over the ``alltoall`` dispatcher's, in (0, 1]
+    (``Strategy.moe_hierarchical_dispatch`` = 1: DeepEP or HybridEP).  Its dispatch and
+    combine kernels run on the GPU's SMs (DeepEP ``buffer.py``: ``Buffer.num_sms = 20``;
+    Megatron-Core's ``moe_deepep_num_sms`` 20 and ``moe_hybridep_num_sms`` 24), so they take
+    compute from the micro-batch they overlap.  A
+    fractional ``moe_hierarchical_dispatch`` mixes the two values linearly.  1 (no
+    difference) until calibrated."""
     softmax_overlap_eff: float = 0.0
     """Fraction of the shorter of a fused attention core's tensor-core time and its softmax
     exponential time hidden behind the other (:func:`codesign.compute.attention_core_time`).
@@ -132,7 +141,15 @@ class Efficiency:
     ~300-400 GB/s of DRAM bandwidth shared by 8 accelerators, derated for Adam's access."""
     moe_permute_factor: float = 1.0
     """HBM traffic of MoE routing (router, permutation and un-permutation of the dispatched
-    tokens) over its minimal count.  1 (by construction); calibrated."""
+    tokens) over its minimal count, with Megatron-Core's ``alltoall`` dispatcher.  1 (by
+    construction); calibrated."""
+    moe_permute_flex_ratio: float = 1.0
+    """The flex dispatcher's ``moe_permute_factor`` over the ``alltoall`` dispatcher's, in
+    (0, 1] (``Strategy.moe_hierarchical_dispatch`` = 1: DeepEP ``fused_dispatch`` or HybridEP
+    ``dispatch_with_permute``, Megatron-LM ``token_dispatcher.py``, which handle the routing
+    map and probabilities inside their dispatch kernels).  A fractional
+    ``moe_hierarchical_dispatch`` mixes the two values linearly.  1 (no difference) until
+    calibrated."""
     ssd_eff: float = 0.25
     """Fraction of half-precision peak of the chunked Mamba-2 SSD scan.  Estimate: the SSD
     kernels are batched small matmuls (chunk x state, chunk x head dim, each <= 256) plus

@@ -298,7 +298,8 @@ def evaluate_unchecked(
     etp_ag = coll.all_gather_time(etp_bytes, groups["etp"], sy, sm)
     has_etp = sm.step(expert_tp(st) - 1.0)
     ep_one = ep_passes * (a2a + has_etp * etp_ag)
-    t_ep = moe_frac * ep_one * (1.0 - st.overlap_moe_comm * eff.ep_overlap_eff)
+    ep_overlap = eff.ep_overlap_eff * compute.flex_mix(st, eff.ep_overlap_flex_ratio)
+    t_ep = moe_frac * ep_one * (1.0 - st.overlap_moe_comm * ep_overlap)
 
     # Activation offloading: the offloaded bytes go to the host during the forward pass and
     # come back for the backward pass, hidden up to offload_overlap_eff of each.

@@ -206,6 +206,50 @@ def test_p2p_overlap_moves_from_the_validation_start_and_not_from_the_boundary()
     assert fit(0.0, 1e-4) < 0.01
 
 
+def _moe_dispatcher_rows() -> list:
+    """Mixtral 8x7B on 16 H100 (pp 4, ep 4), uncalibrated: the alltoall dispatcher (2 copies)
+    and the flex one (1 copy, hierarchical), each with and without the overlapped all-to-all,
+    at two sequence lengths."""
+
+    def run(seq, flex, overlap):
+        strategy = {
+            "tp": 1, "pp": 4, "dp": 4, "ep": 4, "moe_hierarchical_dispatch": flex,
+            "moe_permute_copies": 1.0 if flex else 2.0, "overlap_moe_comm": overlap,
+        }  # fmt: skip
+        return cd.load_run_dict(
+            {
+                "model": {"preset": "mixtral-8x7b", "seq_len": seq},
+                "training": {"global_batch": 64},
+                "system": {"accelerator": "h100-sxm5-80gb", "num_accelerators": 16},
+                "strategy": strategy,
+                "efficiency": {"preset": "uncalibrated"},
+            }
+        )
+
+    return [run(s, f, o) for s in (2048, 4096) for f in (False, True) for o in (False, True)]
+
+
+def test_flex_dispatcher_ratios_are_recovered_apart_from_the_alltoall_values():
+    """Step times the model made with the alltoall dispatcher's routing factor 3 and overlap
+    0.6 and the flex dispatcher's ratios 0.4 and 0.3: rows of both dispatchers, with and
+    without the overlapped all-to-all, separate the four values, and the fit from the
+    validation's starts recovers each."""
+    rows = _moe_dispatcher_rows()
+    true = {
+        "moe_permute_factor": 3.0,
+        "moe_permute_flex_ratio": 0.4,
+        "ep_overlap_eff": 0.6,
+        "ep_overlap_flex_ratio": 0.3,
+    }
+    truth = dataclasses.replace(cd.Efficiency(), **true)
+    t = predict_step_times([c.specs()[:4] + (truth,) for c in rows], {})
+    start = {k: CALIBRATION_START[k] for k in ("moe_permute_flex_ratio", "ep_overlap_flex_ratio")}
+    fit = calibrate(rows, t, start, list(true), steps=1500, prior=0.0)
+    for name, value in true.items():
+        assert fit.values[name]["all"] == pytest.approx(value, rel=1e-3), name
+    assert fit.msle < 1e-10
+
+
 def test_unidentified_lists_values_that_stayed_at_their_start():
     res = {
         "splits": [

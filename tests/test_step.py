@@ -598,6 +598,47 @@ def test_moe_permute_copies_by_hand(ep):
     assert math.isclose(f1 - f0, per_copy, rel_tol=1e-9)
 
 
+@pytest.mark.parametrize("d", [1.0, 0.5, 0.0])
+def test_flex_dispatcher_ratios_by_hand(d):
+    """The flex dispatcher (``moe_hierarchical_dispatch`` d = 1) takes the alltoall
+    dispatcher's ``moe_permute_factor`` and ``ep_overlap_eff`` times its own ratios; a
+    fractional d mixes linearly, ``1 - d + d r``.  Mixtral 8x7B (tp 2, ep 4, 2 copies): the
+    permutation's forward time is ``copies x 2 x 2 x 2 slots h / (HBM eff)`` times the factor;
+    the all-to-all left exposed under ``overlap_moe_comm`` is ``1 - ep_overlap_eff x mix`` of
+    it without overlap."""
+    cfg = CONFIGS["mixtral-ep"]()
+    h, s, k, tp, layers, pp = 4096.0, 4096.0, 2.0, 2.0, 32.0, 2.0
+    n_mb = 256 / 16
+    r_perm, r_ovl, e = 0.4, 0.25, 0.6
+
+    def run(copies, overlap, r_perm=r_perm, r_ovl=r_ovl):
+        st = cfg.strategy.replace(
+            ep=4.0,
+            moe_permute_copies=copies,
+            overlap_moe_comm=overlap,
+            moe_hierarchical_dispatch=d,
+        )
+        eff = cfg.efficiency.replace(
+            ep_overlap_eff=e, moe_permute_flex_ratio=r_perm, ep_overlap_flex_ratio=r_ovl
+        )
+        out = report_of(dataclasses.replace(cfg, strategy=st, efficiency=eff)).breakdown_s
+        return float(out["forward"]), float(out["ep_comm"])
+
+    acc, eff = cfg.system.accelerator, cfg.efficiency
+    hbm = float(acc.hbm_tbps) * 1e12 * float(eff.hbm_eff)
+    slots = s / tp * k * tp  # etp = tp
+    factor = float(eff.moe_permute_factor) * (1 - d + d * r_perm)
+    per_copy = n_mb * layers / pp * 2 * 2 * 2 * slots * h / hbm * factor
+    f0, c_off = run(0.0, 0.0)
+    f2, c_on = run(2.0, 1.0)
+    assert math.isclose(f2 - f0, 2 * per_copy, rel_tol=1e-9)
+    assert math.isclose(c_on / c_off, 1 - e * (1 - d + d * r_ovl), rel_tol=1e-9)
+    # Ratios of 1 (the defaults) give the flex dispatcher the alltoall dispatcher's values.
+    f1, c1 = run(2.0, 1.0, r_perm=1.0, r_ovl=1.0)
+    assert math.isclose(f1 - f0, 2 * per_copy / (1 - d + d * r_perm), rel_tol=1e-9)
+    assert math.isclose(c1 / c_off, 1 - e, rel_tol=1e-9)
+
+
 def _rs_time(size, fans, tiers, dp_comm_eff=1.0):
     """Hierarchical ring reduce-scatter by hand: fans r_t, tiers (latency s, bandwidth B/s);
     a data-parallel collective reaches ``dp_comm_eff`` of each tier's bandwidth."""

@@ -94,6 +94,8 @@ FRACTION_PARAMS = frozenset(
         "cp_overlap_eff",
         "p2p_overlap_eff",
         "ep_overlap_eff",
+        "ep_overlap_flex_ratio",
+        "moe_permute_flex_ratio",
         "grouped_gemm_eff",
         "softmax_overlap_eff",
         TIER_EFFICIENCY,

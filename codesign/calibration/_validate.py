@@ -198,7 +198,9 @@ def run_validation(
     }
 
 
-_PER_STACK = tuple(p for p in DEFAULT_PARAMS if p != "dp_comm_eff")
+_FLEX = ("moe_permute_flex_ratio", "ep_overlap_flex_ratio")
+_BEFORE_FLEX = tuple(p for p in DEFAULT_PARAMS if p not in _FLEX)
+_PER_STACK = tuple(p for p in _BEFORE_FLEX if p != "dp_comm_eff")
 _WITH_RECOMPUTE = _PER_STACK + ("recompute_factor",)
 
 ABLATION_SETS = {
@@ -218,7 +220,8 @@ ABLATION_SETS = {
         },
     ),
     "+ per software stack": (_PER_STACK, {}),
-    "+ dp_comm_eff per stack (chosen)": (DEFAULT_PARAMS, {}),
+    "+ dp_comm_eff per stack": (_BEFORE_FLEX, {}),
+    "+ flex dispatcher ratios (chosen)": (DEFAULT_PARAMS, {}),
     "per stack, dp_overlap_eff shared": (_PER_STACK, {"dp_overlap_eff": "shared"}),
     "per stack + recompute_factor": (_WITH_RECOMPUTE, {}),
     "per stack + recompute_factor, tier efficiency per fabric": (
