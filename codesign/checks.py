@@ -211,10 +211,18 @@ _OVERLAPS = (
 
 def check_efficiency(eff) -> None:
     """Check concrete efficiency parameters: rates in (0, 1], overlaps in [0, 1], sizes >= 0."""
-    for f in _FRACTIONS + _FLEX_RATIOS:
+    for f in _FRACTIONS:
         v = positive(f"efficiency.{f}", getattr(eff, f))
         if v > 1:
             raise SpecError(f"efficiency.{f}", getattr(eff, f), "a fraction of peak in (0, 1]")
+    for f in _FLEX_RATIOS:
+        v = positive(f"efficiency.{f}", getattr(eff, f))
+        if v > 1:
+            raise SpecError(
+                f"efficiency.{f}",
+                getattr(eff, f),
+                "a ratio in (0, 1] (the flex dispatcher's value over the alltoall dispatcher's)",
+            )
     for f in _OVERLAPS:
         v = positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
         if v > 1:

@@ -279,6 +279,14 @@ BAD_MORE = {
         good() + "\n[efficiency]\ndp_comm_eff = 0\n",
         "efficiency.dp_comm_eff",
     ),
+    "efficiency_flex_ratio_above_one": (
+        good() + "\n[efficiency]\nmoe_permute_flex_ratio = 1.5\n",
+        "efficiency.moe_permute_flex_ratio = 1.5 is invalid: a ratio in (0, 1]",
+    ),
+    "efficiency_flex_ratio_zero": (
+        good() + "\n[efficiency]\nep_overlap_flex_ratio = 0\n",
+        "efficiency.ep_overlap_flex_ratio",
+    ),
 }
 
 
