@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 
+from codesign.efficiency import FLEX_RATIOS
+
 __all__ = [
     "SpecError",
     "positive",
@@ -197,7 +199,6 @@ _FRACTIONS = (
     "ssd_eff",
     "dp_comm_eff",
 )
-_FLEX_RATIOS = ("moe_permute_flex_ratio", "ep_overlap_flex_ratio")
 _OVERLAPS = (
     "dp_overlap_eff",
     "tp_overlap_eff",
@@ -211,18 +212,12 @@ _OVERLAPS = (
 
 def check_efficiency(eff) -> None:
     """Check concrete efficiency parameters: rates in (0, 1], overlaps in [0, 1], sizes >= 0."""
-    for f in _FRACTIONS:
+    flex = "a ratio in (0, 1] (the flex dispatcher's value over the alltoall dispatcher's)"
+    bounded = [(f, "a fraction of peak in (0, 1]") for f in _FRACTIONS]
+    for f, allowed in bounded + [(f, flex) for f in FLEX_RATIOS]:
         v = positive(f"efficiency.{f}", getattr(eff, f))
         if v > 1:
-            raise SpecError(f"efficiency.{f}", getattr(eff, f), "a fraction of peak in (0, 1]")
-    for f in _FLEX_RATIOS:
-        v = positive(f"efficiency.{f}", getattr(eff, f))
-        if v > 1:
-            raise SpecError(
-                f"efficiency.{f}",
-                getattr(eff, f),
-                "a ratio in (0, 1] (the flex dispatcher's value over the alltoall dispatcher's)",
-            )
+            raise SpecError(f"efficiency.{f}", getattr(eff, f), allowed)
     for f in _OVERLAPS:
         v = positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
         if v > 1:

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from flax import struct
 
-__all__ = ["Efficiency"]
+__all__ = ["FLEX_RATIOS", "Efficiency"]
+
+FLEX_RATIOS = ("moe_permute_flex_ratio", "ep_overlap_flex_ratio")
+"""The :class:`Efficiency` fields that scale an ``alltoall``-dispatcher value for the flex
+dispatcher (:func:`codesign.compute.flex_mix`): ratios in (0, 1], 1 by default."""
 
 
 @struct.dataclass(kw_only=True)

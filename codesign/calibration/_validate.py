@@ -28,6 +28,7 @@ from codesign.calibration._grouping import (
 )
 from codesign.calibration._rows import load_all_rows
 from codesign.calibration._stats import ErrorStats
+from codesign.efficiency import FLEX_RATIOS
 from codesign.specs import Efficiency
 
 __all__ = ["ABLATION_SETS", "ablation_summary", "run_ablation", "run_validation"]
@@ -198,8 +199,7 @@ def run_validation(
     }
 
 
-_FLEX = ("moe_permute_flex_ratio", "ep_overlap_flex_ratio")
-_BEFORE_FLEX = tuple(p for p in DEFAULT_PARAMS if p not in _FLEX)
+_BEFORE_FLEX = tuple(p for p in DEFAULT_PARAMS if p not in FLEX_RATIOS)
 _PER_STACK = tuple(p for p in _BEFORE_FLEX if p != "dp_comm_eff")
 _WITH_RECOMPUTE = _PER_STACK + ("recompute_factor",)
 
