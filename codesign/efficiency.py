@@ -133,7 +133,10 @@ class Efficiency:
     """Fraction of the activation offload/reload traffic hidden behind compute.  Estimate."""
     grouped_gemm_eff: float = 1.0
     """Efficiency of the experts' grouped GEMMs relative to a dense GEMM of the same shape.
-    1 (by construction); calibrated."""
+    1 (by construction); calibrated per software stack, since the grouped kernel is the
+    framework's (Transformer Engine's ``GroupedLinear`` runs the local experts' GEMMs through
+    ``general_grouped_gemm`` on several cuBLAS streams, and later releases add a CUTLASS grouped
+    kernel; ``codesign.calibration._grouping.PARAM_GROUPING``)."""
     grouped_gemm_half_tokens: float = 0.0
     """Tokens per expert at which a grouped GEMM runs at half the efficiency of a dense GEMM of
     its shape: the grouped kernel's per-expert tiles and launch are amortized over fewer rows

@@ -107,6 +107,28 @@ def test_stored_ablation_is_checked_against_the_report_data():
 
 
 @pytest.mark.slow
+def test_stored_ablation_candidates_match_their_definitions():
+    """Every candidate stored in ``experiments/results/ablation.json`` was fitted with the
+    parameters and grouping its entry in ``ABLATION_SETS`` gives today (overrides merged onto
+    ``PARAM_GROUPING``): a change of the shipped grouping must keep the stored candidates'
+    groupings in their overrides, or the report's table would describe fits the code no longer
+    makes.  The chosen set is the shipped one."""
+    from codesign.calibration._grouping import DEFAULT_PARAMS, PARAM_GROUPING
+    from codesign.calibration._validate import ABLATION_SETS
+
+    root = Path(__file__).resolve().parent.parent
+    stored = json.loads((root / "experiments" / "results" / "ablation.json").read_text())
+    assert set(stored) <= set(ABLATION_SETS)
+    for name, res in stored.items():
+        params, overrides = ABLATION_SETS[name]
+        merged = {**PARAM_GROUPING, **overrides}
+        assert res["params"] == list(params), name
+        assert res["grouping"] == {p: merged.get(p, "shared") for p in params}, name
+    chosen = [n for n in ABLATION_SETS if n.endswith("(chosen)")]
+    assert len(chosen) == 1 and chosen[0] in stored
+    assert ABLATION_SETS[chosen[0]] == (DEFAULT_PARAMS, {})
+
+
 def test_ablation_candidates_run_in_their_own_processes():
     """``run_ablation(processes=True)`` (what ``--ablation`` uses) fits each candidate in a
     fresh spawned interpreter, with real processes: the child's fit equals the in-process

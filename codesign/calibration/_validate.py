@@ -202,6 +202,14 @@ def run_validation(
 _BEFORE_FLEX = tuple(p for p in DEFAULT_PARAMS if p not in FLEX_RATIOS)
 _PER_STACK = tuple(p for p in _BEFORE_FLEX if p != "dp_comm_eff")
 _WITH_RECOMPUTE = _PER_STACK + ("recompute_factor",)
+_SHARED_GROUPED = {"grouped_gemm_eff": "shared"}
+"""``grouped_gemm_eff`` as every candidate before the chosen set fitted it: one value for all
+rows (the chosen set fits one per software stack, :data:`PARAM_GROUPING`)."""
+
+
+def _shared_grouped(overrides: dict) -> dict:
+    return {**_SHARED_GROUPED, **overrides}
+
 
 ABLATION_SETS = {
     "gemm_max": (("gemm_max",), {}),
@@ -213,36 +221,52 @@ ABLATION_SETS = {
     "+ hbm_eff, gemm_half_dim": (("gemm_max", "attention_eff", "hbm_eff", "gemm_half_dim"), {}),
     "+ dp/tp overlap, tier efficiency, per generation": (
         _PER_STACK,
-        {
-            "gemm_max": "generation+precision",
-            "attention_eff": "generation+attention",
-            "hbm_eff": "generation",
-        },
+        _shared_grouped(
+            {
+                "gemm_max": "generation+precision",
+                "attention_eff": "generation+attention",
+                "hbm_eff": "generation",
+            }
+        ),
     ),
-    "+ per software stack": (_PER_STACK, {}),
-    "+ dp_comm_eff per stack": (_BEFORE_FLEX, {}),
-    "+ flex dispatcher ratios (chosen)": (DEFAULT_PARAMS, {}),
-    "per stack, dp_overlap_eff shared": (_PER_STACK, {"dp_overlap_eff": "shared"}),
-    "per stack + recompute_factor": (_WITH_RECOMPUTE, {}),
+    "+ per software stack": (_PER_STACK, _SHARED_GROUPED),
+    "+ dp_comm_eff per stack": (_BEFORE_FLEX, _SHARED_GROUPED),
+    "+ flex dispatcher ratios": (DEFAULT_PARAMS, _SHARED_GROUPED),
+    "+ flex ratios, grouped GEMMs per generation": (
+        DEFAULT_PARAMS,
+        {"grouped_gemm_eff": "generation", "grouped_gemm_half_tokens": "generation"},
+    ),
+    "+ flex ratios, moe_imbalance per stack": (
+        DEFAULT_PARAMS,
+        _shared_grouped({"moe_imbalance": "shared+stack"}),
+    ),
+    "+ grouped_gemm_eff per stack (chosen)": (DEFAULT_PARAMS, {}),
+    "per stack, dp_overlap_eff shared": (
+        _PER_STACK,
+        _shared_grouped({"dp_overlap_eff": "shared"}),
+    ),
+    "per stack + recompute_factor": (_WITH_RECOMPUTE, _SHARED_GROUPED),
     "per stack + recompute_factor, tier efficiency per fabric": (
         _WITH_RECOMPUTE,
-        {"tier_efficiency": "fabric"},
+        _shared_grouped({"tier_efficiency": "fabric"}),
     ),
     "per stack + recompute_factor, backward_factor per stack": (
         _WITH_RECOMPUTE,
-        {"backward_factor": "shared+stack"},
+        _shared_grouped({"backward_factor": "shared+stack"}),
     ),
     "per stack + recompute_factor, gemm_half_dim per generation": (
         _WITH_RECOMPUTE,
-        {"gemm_half_dim": "generation"},
+        _shared_grouped({"gemm_half_dim": "generation"}),
     ),
     "per stack + recompute_factor, ep_overlap_eff per stack": (
         _WITH_RECOMPUTE,
-        {"ep_overlap_eff": "shared+stack"},
+        _shared_grouped({"ep_overlap_eff": "shared+stack"}),
     ),
     "per stack + recompute_factor, elementwise_traffic, optimizer_bytes_per_param per stack": (
         _WITH_RECOMPUTE + ("elementwise_traffic", "optimizer_bytes_per_param"),
-        {"elementwise_traffic": "shared+stack", "optimizer_bytes_per_param": "shared+stack"},
+        _shared_grouped(
+            {"elementwise_traffic": "shared+stack", "optimizer_bytes_per_param": "shared+stack"}
+        ),
     ),
 }
 """Candidate parameter sets compared by ``--ablation``: (parameters, grouping overrides)."""
