@@ -60,6 +60,7 @@ __all__ = [
     "catalog_dir",
     "data_dir",
     "efficiency_preset",
+    "held_out_error",
     "system_preset",
     "load_run",
     "load_run_dict",
@@ -442,6 +443,7 @@ def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
     )
     eff_base, stack = _apply_stack(eff_base, stack)
     system = _apply_calibrated(eff_base, eff_sec, training, strategy, system, sys_names)
+    overridden = "calibrated_held_out_error" in eff_base and bool(set(eff_sec) & _EFF_FIELDS)
     eff_base.update(eff_sec)
     efficiency = _efficiency(eff_base)
     if check:
@@ -450,8 +452,36 @@ def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
     eff_label = eff_name or (f"{accel_name} (calibrated default)" if default_eff else "default")
     if stack is not None:
         eff_label = f"{eff_label}, stack {stack}"
-    names = {"model": model_name, **sys_names, "efficiency": eff_label, "stack": stack}
+    names = {
+        "model": model_name,
+        **sys_names,
+        "efficiency": eff_label,
+        "stack": stack,
+        "held_out": held_out_error(eff_base, stack, model, overridden=overridden),
+    }
     return RunConfig(model, training, system, strategy, efficiency, names)
+
+
+def held_out_error(eff_base: dict, stack: str | None, model: Model, overridden: bool = False):
+    """The accuracy measured for a run's setting: the calibrated preset's held-out errors
+    (``calibrated_held_out_error``, :func:`codesign.calibration._presets.held_out_by_setting`)
+    of its generation, the run's ``stack`` and kind of model (``"moe"`` with experts, else
+    ``"dense"``): ``{"generation", "stack", "kind", "overridden", mape_pct, p90_pct, bias_pct,
+    rows, splits[, release_mape_pct, release_rows]}``, ``rows = 0`` where no measured run of
+    that setting exists, None without a calibrated preset.  ``overridden``: the run's
+    ``[efficiency]`` changes calibrated values (the figures are the preset's)."""
+    table = eff_base.get("calibrated_held_out_error")
+    if not isinstance(table, dict):
+        return None
+    kind = "moe" if float(model.moe_experts) > 0 else "dense"
+    stats = (table.get(stack or "") or {}).get(kind) or {"rows": 0}
+    return {
+        "generation": eff_base.get("calibrated_generation"),
+        "stack": stack,
+        "kind": kind,
+        "overridden": overridden,
+        **stats,
+    }
 
 
 STACKS = {
@@ -489,6 +519,8 @@ def _apply_stack(eff_base: dict, stack: str | None) -> tuple[dict, str | None]:
         eff_base.update({k: v for k, v in over.items() if k not in ("name", "note", "source")})
     return eff_base, stack
 
+
+_EFF_FIELDS = frozenset(f.name for f in dataclasses.fields(Efficiency))
 
 _EFFICIENCY_PROVENANCE_KEYS = ("rows", "split", "date", "tiers", "inherits", "default_stack")
 """Keys of an efficiency preset that are provenance, not :class:`Efficiency` fields (besides

@@ -86,6 +86,33 @@ def _goodput_lines(g: dict, preset: str | None = None) -> list[str]:
     return lines
 
 
+def _held_out_lines(h: dict | None) -> list[str]:
+    """The expected error of the step time: the calibration's held-out error on measured runs
+    of the same generation, software stack and kind of model (:func:`codesign.config.held_out_error`)."""
+    if not h:
+        return []
+    gen = str(h.get("generation") or "?").upper()
+    what = f"{h['kind']} {h.get('stack') or 'default-stack'} runs on {gen}"
+    if not h.get("rows"):
+        return [f"expected error     {'unknown':>12}    no measured {what} to hold out"]
+    pad = " " * 35
+    lines = [
+        f"expected error     {'+-' + format(h['mape_pct'], '.1f'):>12} %  held-out error on {h['rows']} "
+        f"measured {what}",
+        f"{pad}(mean of {h['splits']} random splits; 90 % within +-{h['p90_pct']:.1f} %)",
+    ]
+    if h.get("release_rows"):
+        lines.append(
+            f"{pad}fitted on one release of the stack, predicting the next: "
+            f"+-{h['release_mape_pct']:.1f} % ({h['release_rows']} runs)"
+        )
+    if h.get("overridden"):
+        lines.append(
+            f"{pad}(figures of the calibrated preset; this run's [efficiency] overrides it)"
+        )
+    return lines
+
+
 def format_report(d: dict, cfg=None) -> str:
     """A readable breakdown of :func:`report_to_dict`'s output.
 
@@ -141,6 +168,7 @@ def format_report(d: dict, cfg=None) -> str:
             f"stage layers       first {n['first']:g}, middle {n['middle']:g}, last {n['last']:g}"
             f"  (slowest: {stg['time_stage']})"
         )
+    lines += _held_out_lines((d.get("config") or {}).get("held_out"))
     lines.append("")
     mem = d["memory_gb"]
     where = f" ({stg['memory_stage']} stage)" if stg is not None else ""

@@ -55,6 +55,8 @@ def _value(v) -> str:
         return json.dumps(v)
     if isinstance(v, list | tuple):
         return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_value(x)}" for k, x in v.items()) + " }"
     f = float(v)
     if not math.isfinite(f):
         raise ValueError(f"cannot write the non-finite value {f!r} to a run file")
@@ -153,4 +155,17 @@ def run_toml(cfg, title: str | None = None) -> str:
     lines.append("[efficiency]")
     lines.append('preset = "uncalibrated"  # every field below is explicit')
     lines += [f"{k} = {_value(v)}" for k, v in _fields(cfg.efficiency, Efficiency).items()]
+    held = names.get("held_out")
+    if held:  # the measured accuracy of the preset these values came from travels with them
+        stats = {
+            k: v for k, v in held.items() if k not in ("generation", "stack", "kind", "overridden")
+        }
+        lines.append(f"calibrated_generation = {_value(str(held['generation']))}")
+        lines.append(
+            "calibrated_held_out_error = "
+            + _value({held["stack"] or "": {held["kind"]: stats}})
+            + "  # the preset's held-out errors (codesign evaluate's expected error)"
+        )
+        if held["stack"]:
+            lines.append(f"stack = {_value(held['stack'])}")
     return "\n".join(lines) + "\n"

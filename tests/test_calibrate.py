@@ -531,3 +531,114 @@ def test_borrowed_labels_name_each_value_a_row_takes_from_another_label():
         ["gemm_max tpu-v5p/bridge <- None", "tier_efficiency cross-site <- None"],
     ]
     assert borrowed_labels({}, {}) == []
+
+
+# --------------------------------------------------------------------------------------
+# The expected error a prediction carries (held-out errors per setting)
+# --------------------------------------------------------------------------------------
+
+
+def _setting_res():
+    """Four points and four splits, the held-out errors worked out by hand below."""
+
+    def pt(rid, moe, measured_s, excluded=None):
+        return {
+            "id": rid,
+            "source": "Bridge",
+            "generation": "blackwell",
+            "moe": moe,
+            "measured_s": measured_s,
+            "excluded": excluded,
+        }
+
+    pts = [pt("a", True, 10.0), pt("b", True, 20.0), pt("c", False, 4.0), pt("x", True, 5.0, "why")]
+    splits = [
+        # seed 0 holds a (+10 %) and c (-5 %); seed 1 holds b (-20 %); x is excluded
+        {"kind": "random", "held": [True, False, True, True], "after_s": [11.0, 99.0, 3.8, 1.0]},
+        {"kind": "random", "held": [False, True, False, True], "after_s": [99.0, 16.0, 99.0, 1.0]},
+        {"kind": "container", "held": [False, True, True, False], "after_s": [0.0, 23.0, 4.2, 0.0]},
+        {"kind": "all", "held": [False] * 4, "after_s": [1.0] * 4},
+    ]
+    return {"points": pts, "splits": splits}
+
+
+def test_held_out_by_setting_worked_example():
+    from codesign.calibration._presets import held_out_by_setting
+
+    got = held_out_by_setting(_setting_res())
+    moe = got["blackwell"]["bridge"]["moe"]
+    # one split each: |+10| and |-20| -> mean of the per-split MAPEs 15; pooled |10|, |20|:
+    # 90th percentile 10 + 0.9 * (20 - 10) = 19; signed mean (10 - 20) / 2 = -5
+    assert moe == {
+        "mape_pct": 15.0,
+        "p90_pct": 19.0,
+        "bias_pct": -5.0,
+        "rows": 2,
+        "splits": 2,
+        "release_mape_pct": 15.0,  # b: 23 / 20 - 1
+        "release_rows": 1,
+    }
+    dense = got["blackwell"]["bridge"]["dense"]
+    assert dense["mape_pct"] == 5.0 and dense["bias_pct"] == -5.0 and dense["splits"] == 1
+    assert dense["release_mape_pct"] == 5.0 and dense["rows"] == 1
+
+
+def test_presets_carry_the_held_out_errors_of_the_shipped_validation():
+    from codesign.calibration._grouping import GENERATION, generation
+    from codesign.calibration._presets import held_out_by_setting
+
+    res = json.loads((RESULTS / "validation.json").read_text())
+    want = held_out_by_setting(res)
+    cat = cd.config.catalog()["efficiency"]
+    for acc in cd.config.catalog()["accelerators"]:
+        gen = generation(acc)
+        assert cat[acc].get("calibrated_held_out_error") == want.get(gen), acc
+    assert {generation(a) for a in GENERATION} <= set(want)
+
+
+def test_evaluate_reports_the_expected_error_of_its_setting():
+    from codesign.report import format_report, report_to_dict
+
+    table = cd.config.catalog()["efficiency"]["h100-sxm5-80gb"]["calibrated_held_out_error"]
+    cfg = cd.load_run_dict(_doc())  # dense, H100's default stack
+    h = cfg.names["held_out"]
+    stack = cfg.names["stack"]
+    assert h["kind"] == "dense" and h["stack"] == stack and not h["overridden"]
+    assert h["mape_pct"] == table[stack]["dense"]["mape_pct"] > 0
+    d = report_to_dict(cd.evaluate(*cfg.specs()), cfg)
+    assert d["config"]["held_out"] == h
+    text = format_report(d, cfg)
+    line = next(x for x in text.splitlines() if x.startswith("expected error"))
+    assert f"+-{h['mape_pct']:.1f} %" in line and f"{h['rows']} measured dense" in line
+    # An MoE model on the same preset reads the MoE figures.
+    moe = cd.load_run_dict(
+        _doc(
+            model={"preset": "mixtral-8x7b"},
+            strategy={"tp": 1, "pp": 1, "dp": 16, "ep": 8},
+            efficiency={"stack": "bridge"},
+        )
+    )
+    assert moe.names["held_out"]["kind"] == "moe"
+    assert moe.names["held_out"]["rows"] == table["bridge"]["moe"]["rows"]
+    # Overriding a calibrated value: the figures are said to be the preset's.
+    over = cd.load_run_dict(_doc(efficiency={"gemm_max": 0.5}))
+    assert over.names["held_out"]["overridden"]
+    text = format_report(report_to_dict(cd.evaluate(*over.specs()), over), over)
+    assert "overrides it" in text
+    # A stack with no measured run of the kind on this generation: unknown, not a number.
+    none = cd.load_run_dict(
+        _doc(
+            accel="a100-sxm4-80gb",
+            model={"preset": "mixtral-8x7b"},
+            strategy={"tp": 1, "pp": 1, "dp": 16, "ep": 8},
+        )
+    )
+    assert none.names["held_out"]["rows"] == 0
+    text = format_report(report_to_dict(cd.evaluate(*none.specs()), none), none)
+    assert "unknown" in next(x for x in text.splitlines() if x.startswith("expected error"))
+    # The uncalibrated class defaults carry no measured accuracy.
+    raw = cd.load_run_dict(_doc(efficiency={"preset": "uncalibrated"}))
+    assert raw.names["held_out"] is None
+    assert "expected error" not in format_report(
+        report_to_dict(cd.evaluate(*raw.specs()), raw), raw
+    )

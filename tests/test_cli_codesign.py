@@ -247,3 +247,22 @@ def test_single_accelerator_problem_loads():
         }
     )
     assert float(pb.cfg.system.num_accelerators) == 1.0
+
+
+def test_runners_up_within_the_expected_error_are_counted():
+    """The sweep's runners-up closer to the optimum than its setting's held-out error are a
+    tie for the model: the line counts them and gives every gap."""
+    from types import SimpleNamespace
+
+    from codesign.cli.search import _within_expected_error
+
+    cfg = SimpleNamespace(names={"held_out": {"rows": 12, "mape_pct": 5.0}})
+    line = _within_expected_error(cfg, 10.0, [10.2, 10.5, 10.6, 12.0])
+    assert "2 of the 4 runners-up within the expected error (+-5.0 %)" in line
+    assert line.endswith("gaps +2.0 %, +5.0 %, +6.0 %, +20.0 %")
+    # no measured runs of the setting, no calibrated preset, or nothing found: no line
+    assert (
+        _within_expected_error(SimpleNamespace(names={"held_out": {"rows": 0}}), 10.0, [11]) == ""
+    )
+    assert _within_expected_error(SimpleNamespace(names={"held_out": None}), 10.0, [11]) == ""
+    assert _within_expected_error(None, float("inf"), []) == ""

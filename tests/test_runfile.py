@@ -99,3 +99,6 @@ def test_sweep_writes_a_run_that_evaluate_reproduces(tmp_path):
     again = json.loads(ev.stdout)
     assert again["step_time_s"] == chosen["step_time_s"]
     assert again["memory_gb"] == chosen["memory_gb"]
+    # the expected error of the preset the values came from travels with them
+    assert chosen["config"]["held_out"]["rows"] > 0
+    assert again["config"]["held_out"] == chosen["config"]["held_out"]

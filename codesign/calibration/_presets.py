@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
+
 from codesign._version import __version__
 from codesign.calibration._fit import FRACTION_PARAMS, POSITIVE_PARAMS
 from codesign.calibration._grouping import (
@@ -22,11 +24,11 @@ from codesign.calibration._grouping import (
     fallback_chain,
     generation,
 )
-from codesign.calibration._stats import unidentified
+from codesign.calibration._stats import error_pct, unidentified
 from codesign.config import catalog
 from codesign.specs import Efficiency
 
-__all__ = ["DATE", "PRESET_FIELDS", "efficiency_toml", "preset_tables"]
+__all__ = ["DATE", "PRESET_FIELDS", "efficiency_toml", "held_out_by_setting", "preset_tables"]
 
 DATE = "2026-11-30"
 """Date of the presets (the ``date`` of every calibrated table)."""
@@ -61,6 +63,67 @@ def _toml_value(v) -> str:
     raise TypeError(type(v))
 
 
+def held_out_by_setting(res: dict) -> dict:
+    """Held-out errors of the random splits per setting a prediction is made in:
+    ``{generation: {stack: {"dense" | "moe": stats}}}`` with ``stats`` = ``mape_pct`` (the
+    mean over the random splits of each split's mean absolute error on the held-out rows of
+    the setting, as the report's MAPEs), ``p90_pct`` (90th percentile of the pooled absolute
+    errors), ``bias_pct`` (their mean signed error: positive = predictions too slow),
+    ``rows`` (distinct rows held out at least once) and ``splits`` (random splits that held
+    one out); where the validation has a by-container split (fit on one software release,
+    predict the next), also ``release_mape_pct`` and ``release_rows``, its mean absolute
+    error on the next release's rows of the setting.  Excluded rows are left out; the stack of a row is its source's
+    (:data:`~codesign.calibration._rows.STACK_OF_SOURCE`).
+
+    These are the numbers :func:`codesign.calibration.efficiency_toml` writes into each preset
+    (``calibrated_held_out_error``) and ``codesign evaluate`` prints as the expected error.
+    """
+    from codesign.calibration._rows import STACK_OF_SOURCE
+
+    pts = res["points"]
+    per_split: dict[tuple, list[list[float]]] = {}
+    held_rows: dict[tuple, set] = {}
+    for sp in res["splits"]:
+        if sp["kind"] != "random":
+            continue
+        errs: dict[tuple, list[float]] = {}
+        for p, held, after in zip(pts, sp["held"], sp["after_s"], strict=True):
+            if not held or after is None or p["excluded"] is not None:
+                continue
+            key = (p["generation"], STACK_OF_SOURCE[p["source"]], "moe" if p["moe"] else "dense")
+            errs.setdefault(key, []).append(error_pct(after, p["measured_s"]))
+            held_rows.setdefault(key, set()).add(p["id"])
+        for key, e in errs.items():
+            per_split.setdefault(key, []).append(e)
+    release: dict[tuple, list[float]] = {}
+    for sp in res["splits"]:
+        if sp["kind"] != "container":
+            continue
+        for p, held, after in zip(pts, sp["held"], sp["after_s"], strict=True):
+            if held and after is not None and p["excluded"] is None:
+                key = (
+                    p["generation"],
+                    STACK_OF_SOURCE[p["source"]],
+                    "moe" if p["moe"] else "dense",
+                )
+                release.setdefault(key, []).append(error_pct(after, p["measured_s"]))
+    out: dict = {}
+    for (gen, stack, kind), splits in sorted(per_split.items()):
+        pooled = np.concatenate([np.asarray(e, dtype=float) for e in splits])
+        out.setdefault(gen, {}).setdefault(stack, {})[kind] = {
+            "mape_pct": round(float(np.mean([np.mean(np.abs(e)) for e in splits])), 1),
+            "p90_pct": round(float(np.percentile(np.abs(pooled), 90)), 1),
+            "bias_pct": round(float(np.mean(pooled)), 1),
+            "rows": len(held_rows[(gen, stack, kind)]),
+            "splits": len(splits),
+        }
+        rel = release.get((gen, stack, kind))
+        if rel:
+            out[gen][stack][kind]["release_mape_pct"] = round(float(np.mean(np.abs(rel))), 1)
+            out[gen][stack][kind]["release_rows"] = len(rel)
+    return out
+
+
 def preset_tables(res: dict) -> dict:
     """``{accelerator id: table}`` of calibrated efficiencies from the ``all`` split of ``res``.
 
@@ -90,6 +153,7 @@ def preset_tables(res: dict) -> dict:
         for name in p["config"].names["tier_presets"]:
             if name:
                 data_fabrics.setdefault(g, set()).add(name)
+    held_out = held_out_by_setting(res)
     tables = {}
     for acc, spec in catalog()["accelerators"].items():
         gen = generation(acc)
@@ -185,6 +249,8 @@ def preset_tables(res: dict) -> dict:
         t["calibrated_rows_by_source"] = by_source
         t["calibrated_rows_excluded"] = excluded
         t["calibrated_generation"] = gen
+        if held_out.get(gen):
+            t["calibrated_held_out_error"] = held_out[gen]
         t["calibrated_labels_used"] = (
             ", ".join(f"{k} <- {v}" for k, v in used.items() if k.split("[")[1][:-1] != v) or "own"
         )
@@ -221,7 +287,9 @@ def efficiency_toml(res: dict) -> str:
         "# gemm_max for FP8 runs (calibrated_gemm_max_mxfp8 for MXFP8 runs where it differs),",
         "# calibrated_attention_eff_unfused replaces attention_eff when flash",
         "# attention is off, calibrated_tier_efficiency sets the efficiency of tiers built from those",
-        "# fabric presets.  The top-level values are those of the table's default_stack (the software",
+        "# fabric presets, calibrated_held_out_error = {stack = {dense|moe = {...}}} holds the held-out",
+        "# errors of the generation's measured runs (codesign evaluate prints them as the expected error).",
+        "# The top-level values are those of the table's default_stack (the software",
         "# stack they were measured with); [<preset>.stacks.<stack>] holds what differs for another stack",
         '# (select with [efficiency] stack = "megatron" | "megatron-2021" | "nemo" | "composer"; an empty table means',
         "# the stack has no rows of its own on this generation and borrows the nearest stack's values).",

@@ -230,6 +230,21 @@ def _cmd_optimize(args) -> int:
     return 0 if res.config is not None else 1
 
 
+def _within_expected_error(cfg, best: float, others: list[float]) -> str:
+    """A line saying how many runners-up lie within the optimum's expected error (the held-out
+    error of its setting, :func:`codesign.config.held_out_error`): the model cannot rank those
+    apart, so a user should weigh them on what the model leaves out.  Empty without one."""
+    h = cfg.names.get("held_out") if cfg is not None else None
+    if not h or not h.get("rows") or not (math.isfinite(best) and best > 0):
+        return ""
+    gaps = [100.0 * (v / best - 1.0) for v in others if math.isfinite(v)]
+    n = sum(g <= h["mape_pct"] + 1e-9 for g in gaps)
+    return (
+        f"{'':<19}{n} of the {len(gaps)} runners-up within the expected error "
+        f"(+-{h['mape_pct']:.1f} %) of the optimum: gaps " + ", ".join(f"+{g:.1f} %" for g in gaps)
+    )
+
+
 def _cmd_sweep(args, pb=None, command: str = "sweep", method_line: str = "") -> int:
     from codesign.search import distributed_sweep, load_problem
     from codesign.step import evaluate
@@ -277,6 +292,9 @@ def _cmd_sweep(args, pb=None, command: str = "sweep", method_line: str = "") -> 
             "runners-up         "
             + ", ".join(_fmt_obj(pb.objective, float(v)) for v in res.best_values[1:])
         )
+        close = _within_expected_error(cfg, best, [float(v) for v in res.best_values[1:]])
+        if close:
+            lines.append(close)
     why = ""
     if cfg is None:  # a second, diagnosing pass counts which rule left nothing feasible
         diag = distributed_sweep(
