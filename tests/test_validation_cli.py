@@ -20,6 +20,7 @@ from codesign.cli import build_parser, main
 from codesign.cli import validate as cli_validate
 
 PACKAGE = Path(calibration.__file__).resolve().parent
+RESULTS = Path(__file__).resolve().parent.parent / "experiments" / "results"
 
 
 def test_validate_is_registered_with_package_defaults():
@@ -77,6 +78,7 @@ def test_validate_end_to_end_on_a_few_rows(tmp_path, capsys):
     assert [s["kind"] for s in res["splits"]][-1] == "all"
     md = (out / "validation.md").read_text()
     assert f"from `{data}`" in md and "## What remains short of the targets" in md
+    assert "## Expected error by setting" in md and "| h100 | nemo | dense |" in md
     assert (out / "parity.png").stat().st_size > 0
 
 
@@ -149,3 +151,16 @@ def test_ablation_candidates_run_in_their_own_processes():
     assert child["gemm_max"]["points"] == here["gemm_max"]["points"]
     with pytest.raises(AttributeError, match="no_such_param"):  # raised in the child
         run_ablation(processes=True, **{**kw, "sets": {"bad": (("no_such_param",), {})}})
+
+
+def test_stored_report_lists_the_expected_error_of_every_setting():
+    """The shipped validation.md shows, per setting, the figures the presets store."""
+    from codesign.calibration._presets import held_out_by_setting
+
+    res = json.loads((RESULTS / "validation.json").read_text())
+    md = (RESULTS / "validation.md").read_text()
+    for gen, stacks in held_out_by_setting(res).items():
+        for stack, kinds in stacks.items():
+            for kind, h in kinds.items():
+                row = f"| {gen} | {stack} | {kind} | {h['rows']} | {h['mape_pct']:.1f} | "
+                assert row in md, row

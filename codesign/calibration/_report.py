@@ -27,6 +27,7 @@ from codesign.calibration._tables import (
     FRONTIER_HEAD,
     K_HEAD,
     RANGE_HEAD,
+    SETTING_HEAD,
     SPLIT_HEAD,
     SUMMARY_HEAD,
     ZERO3_HEAD,
@@ -36,6 +37,7 @@ from codesign.calibration._tables import (
     korthikanti_rows,
     md_table,
     range_rows,
+    setting_rows,
     split_rows,
     summary_rows,
     text_table,
@@ -199,6 +201,21 @@ def render_markdown(
             "25.11); rows kept out of every fit (ZeRO-3, contradicted) are not counted here.",
             "",
             md_table(FRONTIER_HEAD, frontier),
+            "",
+        ]
+    settings = setting_rows(res)
+    if settings:
+        parts += [
+            "## Expected error by setting (what `codesign evaluate` prints)",
+            "",
+            "The held-out errors of the random splits per setting a prediction is made in "
+            "(generation, software stack, dense or MoE model; a bias above zero: predictions "
+            "too slow), and where the data hold two releases of the stack the error of the fit "
+            "without the later one on its rows.  Each calibrated preset stores its generation's "
+            "(`calibrated_held_out_error`); `codesign evaluate` prints the run's setting's as "
+            "its expected error.",
+            "",
+            md_table(SETTING_HEAD, settings),
             "",
         ]
     if kt.stats.get("source"):

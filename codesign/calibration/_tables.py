@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from codesign.calibration._dataset import layout_median_gaps
+from codesign.calibration._presets import held_out_by_setting
 from codesign.calibration._stats import (
     ErrorStats,
     FamilyStats,
@@ -511,3 +512,42 @@ def frontier_rows(res: dict) -> list[list[str]]:
             ]
         )
     return out
+
+
+SETTING_HEAD = [
+    "generation",
+    "stack",
+    "model",
+    "rows",
+    "held-out MAPE % (random splits)",
+    "90th pct. %",
+    "bias %",
+    "next release MAPE % (rows)",
+]
+
+
+def setting_rows(res: dict) -> list[list[str]]:
+    """One row per setting of :func:`~codesign.calibration._presets.held_out_by_setting`: the
+    expected error ``codesign evaluate`` prints for a run of that setting."""
+    rows = []
+    for gen, stacks in held_out_by_setting(res).items():
+        for stack, kinds in stacks.items():
+            for kind, h in kinds.items():
+                rel = (
+                    f"{h['release_mape_pct']:.1f} ({h['release_rows']})"
+                    if h.get("release_rows")
+                    else "-"
+                )
+                rows.append(
+                    [
+                        gen,
+                        stack,
+                        kind,
+                        str(h["rows"]),
+                        f"{h['mape_pct']:.1f}",
+                        f"{h['p90_pct']:.1f}",
+                        f"{h['bias_pct']:+.1f}",
+                        rel,
+                    ]
+                )
+    return rows
