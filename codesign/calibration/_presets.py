@@ -72,55 +72,51 @@ def held_out_by_setting(res: dict) -> dict:
     ``rows`` (distinct rows held out at least once) and ``splits`` (random splits that held
     one out); where the validation has a by-container split (fit on one software release,
     predict the next), also ``release_mape_pct`` and ``release_rows``, its mean absolute
-    error on the next release's rows of the setting.  Excluded rows are left out; the stack of a row is its source's
-    (:data:`~codesign.calibration._rows.STACK_OF_SOURCE`).
+    error on the next release's rows of the setting.  Excluded rows are left out; the stack
+    of a row is its source's (:data:`~codesign.calibration._rows.STACK_OF_SOURCE`).
 
     These are the numbers :func:`codesign.calibration.efficiency_toml` writes into each preset
     (``calibrated_held_out_error``) and ``codesign evaluate`` prints as the expected error.
     """
     from codesign.calibration._rows import STACK_OF_SOURCE
 
-    pts = res["points"]
-    per_split: dict[tuple, list[list[float]]] = {}
-    held_rows: dict[tuple, set] = {}
-    for sp in res["splits"]:
-        if sp["kind"] != "random":
-            continue
-        errs: dict[tuple, list[float]] = {}
-        for p, held, after in zip(pts, sp["held"], sp["after_s"], strict=True):
-            if not held or after is None or p["excluded"] is not None:
-                continue
-            key = (p["generation"], STACK_OF_SOURCE[p["source"]], "moe" if p["moe"] else "dense")
-            errs.setdefault(key, []).append(error_pct(after, p["measured_s"]))
-            held_rows.setdefault(key, set()).add(p["id"])
-        for key, e in errs.items():
-            per_split.setdefault(key, []).append(e)
-    release: dict[tuple, list[float]] = {}
-    for sp in res["splits"]:
-        if sp["kind"] != "container":
-            continue
-        for p, held, after in zip(pts, sp["held"], sp["after_s"], strict=True):
+    def held_errors(sp) -> dict[tuple, list[tuple[str, float]]]:
+        """``{setting: [(row id, signed error %)]}`` of the rows ``sp`` holds out."""
+        out: dict[tuple, list[tuple[str, float]]] = {}
+        for p, held, after in zip(res["points"], sp["held"], sp["after_s"], strict=True):
             if held and after is not None and p["excluded"] is None:
                 key = (
                     p["generation"],
                     STACK_OF_SOURCE[p["source"]],
                     "moe" if p["moe"] else "dense",
                 )
-                release.setdefault(key, []).append(error_pct(after, p["measured_s"]))
+                out.setdefault(key, []).append((p["id"], error_pct(after, p["measured_s"])))
+        return out
+
+    per_split: dict[tuple, list[list[tuple[str, float]]]] = {}
+    release: dict[tuple, list[tuple[str, float]]] = {}
+    for sp in res["splits"]:
+        if sp["kind"] == "random":
+            for key, e in held_errors(sp).items():
+                per_split.setdefault(key, []).append(e)
+        elif sp["kind"] == "container":
+            for key, e in held_errors(sp).items():
+                release.setdefault(key, []).extend(e)
     out: dict = {}
     for (gen, stack, kind), splits in sorted(per_split.items()):
-        pooled = np.concatenate([np.asarray(e, dtype=float) for e in splits])
-        out.setdefault(gen, {}).setdefault(stack, {})[kind] = {
-            "mape_pct": round(float(np.mean([np.mean(np.abs(e)) for e in splits])), 1),
+        pooled = np.array([err for split in splits for _, err in split])
+        stats = {
+            "mape_pct": round(float(np.mean([np.mean([abs(x) for _, x in e]) for e in splits])), 1),
             "p90_pct": round(float(np.percentile(np.abs(pooled), 90)), 1),
             "bias_pct": round(float(np.mean(pooled)), 1),
-            "rows": len(held_rows[(gen, stack, kind)]),
+            "rows": len({rid for split in splits for rid, _ in split}),
             "splits": len(splits),
         }
         rel = release.get((gen, stack, kind))
         if rel:
-            out[gen][stack][kind]["release_mape_pct"] = round(float(np.mean(np.abs(rel))), 1)
-            out[gen][stack][kind]["release_rows"] = len(rel)
+            stats["release_mape_pct"] = round(float(np.mean([abs(x) for _, x in rel])), 1)
+            stats["release_rows"] = len(rel)
+        out.setdefault(gen, {}).setdefault(stack, {})[kind] = stats
     return out
 
 
