@@ -191,6 +191,7 @@ def evaluate_rows(rows: list[dict]) -> list[dict]:
             error_pct=100.0 * (pred - t_meas) / t_meas,
             fits=bool(r.fits),
             notes=notes,
+            held_out=cfg.names.get("held_out"),
         )
         out.append(rec)
     return out
@@ -279,6 +280,61 @@ def _floor_lines(fl: dict) -> list[str]:
     return lines
 
 
+def _coverage_lines(ok: list[dict]) -> list[str]:
+    """How the expected error that ``codesign evaluate`` prints for each row (the held-out
+    errors of its setting in the fitted releases) compares with its error on the later
+    releases: a check of the error bars themselves."""
+    rows = [r for r in ok if (r.get("held_out") or {}).get("rows")]
+    if not rows:
+        return []
+    by: dict[tuple, list[dict]] = {}
+    for r in rows:
+        h = r["held_out"]
+        by.setdefault((h["generation"], h["stack"], h["kind"]), []).append(r)
+
+    def line(name, rs):
+        h = rs[0]["held_out"]
+        e = [abs(r["error_pct"]) for r in rs]
+        inside = sum(1 for r in rs if abs(r["error_pct"]) <= r["held_out"]["p90_pct"])
+        rel = f"{h['release_mape_pct']:.1f}" if h.get("release_rows") else "-"
+        return (
+            f"| {name} | {len(rs)} | {statistics.mean(e):.1f} | {h['mape_pct']:.1f} | {rel} | "
+            f"{h['p90_pct']:.1f} | {inside} ({100.0 * inside / len(rs):.0f} %) |"
+        )
+
+    e_all = [abs(r["error_pct"]) for r in rows]
+    inside = sum(1 for r in rows if abs(r["error_pct"]) <= r["held_out"]["p90_pct"])
+
+    def within(kind):
+        rs = [r for r in rows if r["held_out"]["kind"] == kind]
+        n = sum(1 for r in rs if abs(r["error_pct"]) <= r["held_out"]["p90_pct"])
+        return f"{n} of {len(rs)} {kind} rows ({100.0 * n / max(len(rs), 1):.0f} %)"
+
+    out = [
+        "",
+        "## The expected error against the later releases",
+        "",
+        "`codesign evaluate` prints with every prediction the held-out error of its setting "
+        "(generation, software stack, dense or MoE) measured on the fitted releases: the mean "
+        "over random splits, its 90th percentile, and the error of a fit on 25.09 predicting "
+        "25.11.  On these later releases the model's error is "
+        f"{statistics.mean(e_all):.1f} % on average, and {inside} of {len(rows)} rows "
+        f"({100.0 * inside / len(rows):.0f} %) fall within their setting's 90th percentile "
+        f"({within('dense')}, {within('moe')}).  From one release to the next, MoE "
+        "layouts changed speed more than dense ones (the widest spreads in the table of the "
+        "next section are MoE), so the MoE error bars, set on the fitted releases, are too "
+        "narrow for later ones; for Blackwell MoE the next-release figure is the closer "
+        "guide.",
+        "",
+        "| setting | rows | MAPE % here | expected: held out % | next release % | 90th pct. % | "
+        "rows within it |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (gen, stack, kind), rs in sorted(by.items()):
+        out.append(line(f"{gen} {stack} {kind}", rs))
+    return out
+
+
 def markdown(recs: list[dict], seconds: float, floor: dict | None = None) -> str:
     ok = [r for r in recs if "error_pct" in r]
     skipped = [r for r in recs if "skip" in r]
@@ -331,6 +387,7 @@ def markdown(recs: list[dict], seconds: float, floor: dict | None = None) -> str
             f"| {r['id']} | {r['model']} | {r['measured_s']:.3f} | {r['predicted_s']:.3f} | "
             f"{r['error_pct']:+.1f} | {'yes' if r['fits'] else 'no'} | {r['notes']} |"
         )
+    lines += _coverage_lines(ok)
     if floor:
         lines += _floor_lines(floor)
     if skipped:
