@@ -30,6 +30,7 @@ from codesign._catalog import (
     catalog_dir,
     data_dir,
 )
+from codesign.accuracy import held_out_error
 from codesign.goodput import default_reliability_preset, reliability_preset
 from codesign.pricing import ACCELERATOR_KNOBS, pricing_preset
 from codesign.rules import check_strategy
@@ -60,7 +61,6 @@ __all__ = [
     "catalog_dir",
     "data_dir",
     "efficiency_preset",
-    "held_out_error",
     "system_preset",
     "load_run",
     "load_run_dict",
@@ -443,7 +443,8 @@ def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
     )
     eff_base, stack = _apply_stack(eff_base, stack)
     system = _apply_calibrated(eff_base, eff_sec, training, strategy, system, sys_names)
-    overridden = "calibrated_held_out_error" in eff_base and bool(set(eff_sec) & _EFF_FIELDS)
+    calibrated = {"calibrated_held_out_error", "calibrated_unmeasured_error"} & set(eff_base)
+    overridden = bool(calibrated) and bool(set(eff_sec) & _EFF_FIELDS)
     eff_base.update(eff_sec)
     efficiency = _efficiency(eff_base)
     if check:
@@ -460,28 +461,6 @@ def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
         "held_out": held_out_error(eff_base, stack, model, overridden=overridden),
     }
     return RunConfig(model, training, system, strategy, efficiency, names)
-
-
-def held_out_error(eff_base: dict, stack: str | None, model: Model, overridden: bool = False):
-    """The accuracy measured for a run's setting: the calibrated preset's held-out errors
-    (``calibrated_held_out_error``, :func:`codesign.calibration._presets.held_out_by_setting`)
-    of its generation, the run's ``stack`` and kind of model (``"moe"`` with experts, else
-    ``"dense"``): ``{"generation", "stack", "kind", "overridden", mape_pct, p90_pct, bias_pct,
-    rows, splits[, release_mape_pct, release_rows]}``, ``rows = 0`` where no measured run of
-    that setting exists, None without a calibrated preset.  ``overridden``: the run's
-    ``[efficiency]`` changes calibrated values (the figures are the preset's)."""
-    table = eff_base.get("calibrated_held_out_error")
-    if not isinstance(table, dict):
-        return None
-    kind = "moe" if float(model.moe_experts) > 0 else "dense"
-    stats = (table.get(stack or "") or {}).get(kind) or {"rows": 0}
-    return {
-        "generation": eff_base.get("calibrated_generation"),
-        "stack": stack,
-        "kind": kind,
-        "overridden": overridden,
-        **stats,
-    }
 
 
 STACKS = {

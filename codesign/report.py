@@ -88,11 +88,19 @@ def _goodput_lines(g: dict, preset: str | None = None) -> list[str]:
 
 def _held_out_lines(h: dict | None) -> list[str]:
     """The expected error of the step time: the calibration's held-out error on measured runs
-    of the same generation, software stack and kind of model (:func:`codesign.config.held_out_error`)."""
+    of the same generation, software stack and kind of model (:func:`codesign.accuracy.held_out_error`)."""
     if not h:
         return []
     gen = str(h.get("generation") or "?").upper()
     what = f"{h['kind']} {h.get('stack') or 'default-stack'} runs on {gen}"
+    unmeasured = h.get("unmeasured_architecture")
+    if unmeasured:
+        held = ", ".join(f"{v['mape_pct']:.1f} % ({k})" for k, v in unmeasured.items())
+        return [
+            f"expected error     {'unknown':>12}    no measured run of this architecture "
+            f"(efficiencies of {gen});",
+            f"{' ' * 35}a generation held out whole was off by {held}",
+        ]
     if not h.get("rows"):
         return [f"expected error     {'unknown':>12}    no measured {what} to hold out"]
     pad = " " * 35

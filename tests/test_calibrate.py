@@ -584,16 +584,45 @@ def test_held_out_by_setting_worked_example():
 
 
 def test_presets_carry_the_held_out_errors_of_the_shipped_validation():
-    from codesign.calibration._grouping import GENERATION, generation
-    from codesign.calibration._presets import held_out_by_setting
+    """Measured accelerators and those on their silicon carry their generation's held-out
+    errors; another architecture carries the errors of a generation held out whole."""
+    from codesign.calibration._grouping import GENERATION, SAME_SILICON, generation
+    from codesign.calibration._presets import held_out_by_setting, unmeasured_generation_error
 
     res = json.loads((RESULTS / "validation.json").read_text())
     want = held_out_by_setting(res)
+    whole = unmeasured_generation_error(res)
+    assert len(whole) == 2 and all(v["mape_pct"] > 10 for v in whole.values())
     cat = cd.config.catalog()["efficiency"]
     for acc in cd.config.catalog()["accelerators"]:
-        gen = generation(acc)
-        assert cat[acc].get("calibrated_held_out_error") == want.get(gen), acc
+        t = cat[acc]
+        if acc in GENERATION or acc in SAME_SILICON:
+            assert t.get("calibrated_held_out_error") == want.get(generation(acc)), acc
+            assert "calibrated_unmeasured_error" not in t, acc
+        else:
+            assert "calibrated_held_out_error" not in t, acc
+            assert t["calibrated_unmeasured_error"] == whole, acc
     assert {generation(a) for a in GENERATION} <= set(want)
+
+
+def test_an_unmeasured_architecture_gets_no_borrowed_error_bar():
+    """A TPU run uses the efficiencies of a measured generation but is told that its
+    architecture has no measured run, with the error of a generation held out whole; an H200
+    (H100 silicon) gets H100's figures."""
+    from codesign.report import format_report, report_to_dict
+
+    cfg = cd.load_run_dict(_doc(accel="tpu-v7", strategy={"tp": 1, "pp": 1, "dp": 16}))
+    h = cfg.names["held_out"]
+    assert h["rows"] == 0 and h["unmeasured_architecture"]
+    text = format_report(report_to_dict(cd.evaluate(*cfg.specs()), cfg), cfg)
+    i = next(i for i, x in enumerate(text.splitlines()) if x.startswith("expected error"))
+    both = " ".join(text.splitlines()[i : i + 2])
+    assert "unknown" in both and "no measured run of this architecture" in both
+    for name, v in h["unmeasured_architecture"].items():
+        assert f"{v['mape_pct']:.1f} % ({name})" in both
+    h200 = cd.load_run_dict(_doc(accel="h200-sxm-141gb")).names["held_out"]
+    h100 = cd.load_run_dict(_doc()).names["held_out"]
+    assert h200 == h100 and h200["rows"] > 0
 
 
 def test_evaluate_reports_the_expected_error_of_its_setting():
@@ -642,3 +671,13 @@ def test_evaluate_reports_the_expected_error_of_its_setting():
     assert "expected error" not in format_report(
         report_to_dict(cd.evaluate(*raw.specs()), raw), raw
     )
+
+
+def test_preset_values_render_as_toml_that_reads_back():
+    """Nested tables with keys that are not bare (a split's name) are quoted."""
+    import tomllib
+
+    from codesign.calibration._presets import _toml_value
+
+    v = {"train A100, test H100": {"mape_pct": 17.7, "rows": 221}, "megatron-2021": {"a": [1, 2.5]}}
+    assert tomllib.loads(f"x = {_toml_value(v)}")["x"] == v

@@ -30,6 +30,7 @@ __all__ = [
     "GENERATION",
     "LABEL_FALLBACK",
     "NEAREST_GENERATION",
+    "SAME_SILICON",
     "PARAM_GROUPING",
     "STACK_FALLBACK",
     "borrowed_labels",
@@ -85,6 +86,12 @@ NEAREST_GENERATION = {
     ),
 }
 """Accelerators without measured rows: the generation whose calibration they inherit, and why."""
+
+SAME_SILICON = frozenset({"h800-sxm5-80gb", "h200-sxm-141gb", "b300"})
+"""Accelerators of :data:`NEAREST_GENERATION` built on the silicon of the generation they
+inherit (the same SMs and clocks, another memory, link or power limit): the held-out errors
+measured on that generation describe their predictions too.  The others are another
+architecture, whose predictions are as far off as a generation never measured."""
 
 LABEL_FALLBACK = {
     "h100-fp8": ("h100", "a100"),

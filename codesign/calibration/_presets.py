@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from codesign.calibration._grouping import (
     DEFAULT_STACK,
     GENERATION,
     NEAREST_GENERATION,
+    SAME_SILICON,
     STACK_FALLBACK,
     fallback_chain,
     generation,
@@ -28,7 +30,14 @@ from codesign.calibration._stats import error_pct, unidentified
 from codesign.config import catalog
 from codesign.specs import Efficiency
 
-__all__ = ["DATE", "PRESET_FIELDS", "efficiency_toml", "held_out_by_setting", "preset_tables"]
+__all__ = [
+    "DATE",
+    "PRESET_FIELDS",
+    "efficiency_toml",
+    "held_out_by_setting",
+    "preset_tables",
+    "unmeasured_generation_error",
+]
 
 DATE = "2026-11-30"
 """Date of the presets (the ``date`` of every calibrated table)."""
@@ -47,6 +56,11 @@ def _preset_fields() -> tuple:
 PRESET_FIELDS = _preset_fields()
 
 
+def _toml_key(k: str) -> str:
+    """A TOML key: bare where it may be, else quoted."""
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
+
+
 def _toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -57,7 +71,7 @@ def _toml_value(v) -> str:
     if isinstance(v, str):
         return json.dumps(v)
     if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
     if isinstance(v, list | tuple):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     raise TypeError(type(v))
@@ -120,6 +134,28 @@ def held_out_by_setting(res: dict) -> dict:
     return out
 
 
+def unmeasured_generation_error(res: dict) -> dict:
+    """``{split name: {"mape_pct", "p90_pct", "rows"}}`` of the validation's hardware splits (one
+    generation fitted, another held out whole): how far off a prediction is for an
+    accelerator of an architecture with no measured run."""
+    out = {}
+    for sp in res["splits"]:
+        if sp["kind"] != "hardware":
+            continue
+        e = [
+            abs(error_pct(a, p["measured_s"]))
+            for p, held, a in zip(res["points"], sp["held"], sp["after_s"], strict=True)
+            if held and a is not None and p["excluded"] is None
+        ]
+        if e:
+            out[sp["name"]] = {
+                "mape_pct": round(float(np.mean(e)), 1),
+                "p90_pct": round(float(np.percentile(e, 90)), 1),
+                "rows": len(e),
+            }
+    return out
+
+
 def preset_tables(res: dict) -> dict:
     """``{accelerator id: table}`` of calibrated efficiencies from the ``all`` split of ``res``.
 
@@ -150,6 +186,7 @@ def preset_tables(res: dict) -> dict:
             if name:
                 data_fabrics.setdefault(g, set()).add(name)
     held_out = held_out_by_setting(res)
+    unmeasured = unmeasured_generation_error(res)
     tables = {}
     for acc, spec in catalog()["accelerators"].items():
         gen = generation(acc)
@@ -245,7 +282,10 @@ def preset_tables(res: dict) -> dict:
         t["calibrated_rows_by_source"] = by_source
         t["calibrated_rows_excluded"] = excluded
         t["calibrated_generation"] = gen
-        if held_out.get(gen):
+        if inherited and acc not in SAME_SILICON:
+            if unmeasured:
+                t["calibrated_unmeasured_error"] = unmeasured
+        elif held_out.get(gen):
             t["calibrated_held_out_error"] = held_out[gen]
         t["calibrated_labels_used"] = (
             ", ".join(f"{k} <- {v}" for k, v in used.items() if k.split("[")[1][:-1] != v) or "own"
@@ -284,7 +324,9 @@ def efficiency_toml(res: dict) -> str:
         "# calibrated_attention_eff_unfused replaces attention_eff when flash",
         "# attention is off, calibrated_tier_efficiency sets the efficiency of tiers built from those",
         "# fabric presets, calibrated_held_out_error = {stack = {dense|moe = {...}}} holds the held-out",
-        "# errors of the generation's measured runs (codesign evaluate prints them as the expected error).",
+        "# errors of the generation's measured runs (codesign evaluate prints them as the expected error;",
+        "# an accelerator of an architecture with none has calibrated_unmeasured_error instead: the errors",
+        "# of a generation held out whole).",
         "# The top-level values are those of the table's default_stack (the software",
         "# stack they were measured with); [<preset>.stacks.<stack>] holds what differs for another stack",
         '# (select with [efficiency] stack = "megatron" | "megatron-2021" | "nemo" | "composer"; an empty table means',

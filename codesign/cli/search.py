@@ -232,7 +232,7 @@ def _cmd_optimize(args) -> int:
 
 def _within_expected_error(cfg, best: float, others: list[float]) -> str:
     """A line saying how many runners-up lie within the optimum's expected error (the held-out
-    error of its setting, :func:`codesign.config.held_out_error`): the model cannot rank those
+    error of its setting, :func:`codesign.accuracy.held_out_error`): the model cannot rank those
     apart, so a user should weigh them on what the model leaves out.  Empty without one."""
     h = cfg.names.get("held_out") if cfg is not None else None
     if not h or not h.get("rows") or not (math.isfinite(best) and best > 0):
