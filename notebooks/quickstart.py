@@ -76,6 +76,27 @@ print(codesign.format_report(codesign.report_to_dict(r, cfg), cfg))
 # `r` is a `codesign.Report`, a pytree of JAX arrays: `r.step_time_s`, `r.breakdown_s`
 # (sums to the step time), `r.memory_gb` (per accelerator), `r.fits`, `r.mfu`, `r.cost`, ...
 #
+# The report's **expected error** is how far the calibrated model was from published
+# measured runs of the same setting that it had not been fitted on (generation, software
+# stack, dense or MoE): `cfg.names["held_out"]` holds the figures. An accelerator nobody has
+# measured (a TPU, say) gets `unknown` and the error of a whole generation held out.
+
+# %%
+h = cfg.names["held_out"]
+print(f"{h['kind']} {h['stack']} runs on {h['generation']}: +-{h['mape_pct']} % "
+      f"(90 % within +-{h['p90_pct']} %, {h['rows']} runs)")  # fmt: skip
+tpu = codesign.load_run_dict(
+    {
+        "model": {"preset": "llama3-70b"},
+        "training": {"global_batch": 256},
+        "system": {"accelerator": "tpu-v7", "num_accelerators": 256},
+        "strategy": {"tp": 4, "pp": 1, "dp": 64},
+    }
+)
+print("tpu-v7:", tpu.names["held_out"]["unmeasured_architecture"])
+
+# %% [markdown]
+#
 # ## 2. Where the step time goes
 
 # %%
