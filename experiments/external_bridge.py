@@ -292,24 +292,25 @@ def _coverage_lines(ok: list[dict]) -> list[str]:
         h = r["held_out"]
         by.setdefault((h["generation"], h["stack"], h["kind"]), []).append(r)
 
+    def inside(rs) -> int:  # rows within their setting's 90th percentile
+        return sum(1 for r in rs if abs(r["error_pct"]) <= r["held_out"]["p90_pct"])
+
     def line(name, rs):
         h = rs[0]["held_out"]
         e = [abs(r["error_pct"]) for r in rs]
-        inside = sum(1 for r in rs if abs(r["error_pct"]) <= r["held_out"]["p90_pct"])
         rel = f"{h['release_mape_pct']:.1f}" if h.get("release_rows") else "-"
         return (
             f"| {name} | {len(rs)} | {statistics.mean(e):.1f} | {h['mape_pct']:.1f} | {rel} | "
-            f"{h['p90_pct']:.1f} | {inside} ({100.0 * inside / len(rs):.0f} %) |"
+            f"{h['p90_pct']:.1f} | {inside(rs)} ({100.0 * inside(rs) / len(rs):.0f} %) |"
         )
-
-    e_all = [abs(r["error_pct"]) for r in rows]
-    inside = sum(1 for r in rows if abs(r["error_pct"]) <= r["held_out"]["p90_pct"])
 
     def within(kind):
         rs = [r for r in rows if r["held_out"]["kind"] == kind]
-        n = sum(1 for r in rs if abs(r["error_pct"]) <= r["held_out"]["p90_pct"])
-        return f"{n} of {len(rs)} {kind} rows ({100.0 * n / max(len(rs), 1):.0f} %)"
+        return (
+            f"{inside(rs)} of {len(rs)} {kind} rows ({100.0 * inside(rs) / max(len(rs), 1):.0f} %)"
+        )
 
+    e_all = [abs(r["error_pct"]) for r in rows]
     out = [
         "",
         "## The expected error against the later releases",
@@ -318,8 +319,8 @@ def _coverage_lines(ok: list[dict]) -> list[str]:
         "(generation, software stack, dense or MoE) measured on the fitted releases: the mean "
         "over random splits, its 90th percentile, and the error of a fit on 25.09 predicting "
         "25.11.  On these later releases the model's error is "
-        f"{statistics.mean(e_all):.1f} % on average, and {inside} of {len(rows)} rows "
-        f"({100.0 * inside / len(rows):.0f} %) fall within their setting's 90th percentile "
+        f"{statistics.mean(e_all):.1f} % on average, and {inside(rows)} of {len(rows)} rows "
+        f"({100.0 * inside(rows) / len(rows):.0f} %) fall within their setting's 90th percentile "
         f"({within('dense')}, {within('moe')}).  From one release to the next, MoE "
         "layouts changed speed more than dense ones (the widest spreads in the table of the "
         "next section are MoE), so the MoE error bars, set on the fitted releases, are too "

@@ -77,6 +77,16 @@ def _toml_value(v) -> str:
     raise TypeError(type(v))
 
 
+def _held_errors(res: dict, sp: dict, key) -> dict:
+    """``{key(point): [(row id, signed error %)]}`` of the rows split ``sp`` holds out (excluded
+    rows and rows without a prediction left out)."""
+    out: dict = {}
+    for p, held, after in zip(res["points"], sp["held"], sp["after_s"], strict=True):
+        if held and after is not None and p["excluded"] is None:
+            out.setdefault(key(p), []).append((p["id"], error_pct(after, p["measured_s"])))
+    return out
+
+
 def held_out_by_setting(res: dict) -> dict:
     """Held-out errors of the random splits per setting a prediction is made in:
     ``{generation: {stack: {"dense" | "moe": stats}}}`` with ``stats`` = ``mape_pct`` (the
@@ -94,27 +104,17 @@ def held_out_by_setting(res: dict) -> dict:
     """
     from codesign.calibration._rows import STACK_OF_SOURCE
 
-    def held_errors(sp) -> dict[tuple, list[tuple[str, float]]]:
-        """``{setting: [(row id, signed error %)]}`` of the rows ``sp`` holds out."""
-        out: dict[tuple, list[tuple[str, float]]] = {}
-        for p, held, after in zip(res["points"], sp["held"], sp["after_s"], strict=True):
-            if held and after is not None and p["excluded"] is None:
-                key = (
-                    p["generation"],
-                    STACK_OF_SOURCE[p["source"]],
-                    "moe" if p["moe"] else "dense",
-                )
-                out.setdefault(key, []).append((p["id"], error_pct(after, p["measured_s"])))
-        return out
+    def setting(p) -> tuple:
+        return (p["generation"], STACK_OF_SOURCE[p["source"]], "moe" if p["moe"] else "dense")
 
     per_split: dict[tuple, list[list[tuple[str, float]]]] = {}
     release: dict[tuple, list[tuple[str, float]]] = {}
     for sp in res["splits"]:
         if sp["kind"] == "random":
-            for key, e in held_errors(sp).items():
+            for key, e in _held_errors(res, sp, setting).items():
                 per_split.setdefault(key, []).append(e)
         elif sp["kind"] == "container":
-            for key, e in held_errors(sp).items():
+            for key, e in _held_errors(res, sp, setting).items():
                 release.setdefault(key, []).extend(e)
     out: dict = {}
     for (gen, stack, kind), splits in sorted(per_split.items()):
@@ -142,11 +142,7 @@ def unmeasured_generation_error(res: dict) -> dict:
     for sp in res["splits"]:
         if sp["kind"] != "hardware":
             continue
-        e = [
-            abs(error_pct(a, p["measured_s"]))
-            for p, held, a in zip(res["points"], sp["held"], sp["after_s"], strict=True)
-            if held and a is not None and p["excluded"] is None
-        ]
+        e = [abs(x) for _, x in _held_errors(res, sp, lambda p: None).get(None, [])]
         if e:
             out[sp["name"]] = {
                 "mape_pct": round(float(np.mean(e)), 1),
