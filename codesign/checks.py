@@ -201,6 +201,7 @@ _FRACTIONS = (
 )
 _OVERLAPS = (
     "dp_overlap_eff",
+    "dp_overlap_slowdown",
     "tp_overlap_eff",
     "cp_overlap_eff",
     "p2p_overlap_eff",

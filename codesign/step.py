@@ -358,7 +358,9 @@ def evaluate_unchecked(
     t_outer = dense_outer + has_experts * expert_outer
     window = (1.0 - z[3]) * (t_fwd + t_bwd) + z[3] * n_mb * (t_fwd + t_bwd + t_rec)
     window = st.overlap_dp * eff.dp_overlap_eff * window
-    dp_exposed = sm.relu(t_dp - window, scale=t_mb)
+    dp_beyond = sm.relu(t_dp - window, scale=t_mb)  # what the overlap window cannot hide
+    # Hidden traffic still takes SMs and HBM from the compute it overlaps (dp_overlap_slowdown).
+    dp_exposed = dp_beyond + eff.dp_overlap_slowdown * (t_dp - dp_beyond)
     h = jnp.maximum(st.outer_sync_interval, 1.0)
     hidden = st.outer_overlap * h * n_mb * (t_fwd + t_bwd + t_rec)
     dp_exposed = dp_exposed + diloco * sm.relu(t_outer - hidden, scale=t_mb) / h
@@ -452,7 +454,12 @@ def evaluate_unchecked(
             "local_expert": pl["expert"],
         },
         cost=cost,
-        exposed_comm_s={"dp_total": t_dp, "tp_per_microbatch": n_eff * t_tp, "p2p_one": p2p_one},
+        exposed_comm_s={
+            "dp_total": t_dp,
+            "dp_beyond_window": dp_beyond,
+            "tp_per_microbatch": n_eff * t_tp,
+            "p2p_one": p2p_one,
+        },
         time_stage=sum(i * wi for i, wi in enumerate(tw)),
         memory_stage=sum(i * wi for i, wi in enumerate(mw)),
         stage_layers={

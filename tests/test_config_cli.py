@@ -275,6 +275,10 @@ BAD_MORE = {
         good() + "\n[efficiency]\ndp_overlap_eff = 2.0\n",
         "efficiency.dp_overlap_eff",
     ),
+    "efficiency_dp_overlap_slowdown_negative": (
+        good() + "\n[efficiency]\ndp_overlap_slowdown = -0.1\n",
+        "efficiency.dp_overlap_slowdown",
+    ),
     "efficiency_dp_comm_eff_zero": (
         good() + "\n[efficiency]\ndp_comm_eff = 0\n",
         "efficiency.dp_comm_eff",

@@ -102,15 +102,17 @@ def test_smooth_elasticities_match_central_differences(small):
 
 def test_known_kink_reports_both_sides():
     """At the scale-out bandwidth where the exposed data-parallel communication just reaches
-    zero (found here by bisection on the model's own breakdown), the step time has a kink:
-    the analysis must say so and give one-sided values that match smooth points on each
-    side, not one misleading derivative."""
+    zero (found here by bisection on the model's own report: the traffic beyond the overlap
+    window, without the ``dp_overlap_slowdown`` share of the hidden traffic), the step time
+    has a kink: the analysis must say so and give one-sided values that match smooth points
+    on each side, not one misleading derivative."""
     cfg = _cfg(tp=1, pp=1, dp=64, zero=1)
     path = "system.tiers[1].bandwidth_gbps"
+    k = float(cfg.efficiency.dp_overlap_slowdown)
 
     def exposed(bw):
         c = _with(cfg, path, bw)
-        return float(cd.evaluate(*c.specs()).breakdown_s["dp_comm"])
+        return float(cd.evaluate(*c.specs()).exposed_comm_s["dp_beyond_window"])
 
     lo, hi = 0.5, 400.0
     assert exposed(lo) > 0 and exposed(hi) == 0
@@ -128,7 +130,18 @@ def test_known_kink_reports_both_sides():
     ).elasticity("tiers[1].bandwidth_gbps", "step_time")
     assert below.status == "smooth" and below.elasticity < -1e-3
     assert e.left == pytest.approx(below.elasticity, rel=0.1)
-    assert abs(e.right) < 1e-6  # above the kink more bandwidth no longer pays
+    # Above the kink more bandwidth pays only through the slowdown's share of the hidden
+    # traffic (nothing at k = 0).
+    above = sensitivity(
+        _with(cfg, path, hi * 1.03),
+        parameters=["tiers[1].bandwidth_gbps"],
+        objectives=("step_time",),
+    ).elasticity("tiers[1].bandwidth_gbps", "step_time")
+    assert above.status == "smooth"
+    assert e.right == pytest.approx(above.elasticity, rel=0.1, abs=1e-6)
+    assert abs(e.right) < 0.5 * abs(e.left)
+    if k == 0:
+        assert abs(e.right) < 1e-6
 
 
 def test_domain_at_tensor_parallel_size_is_a_kink():

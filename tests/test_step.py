@@ -427,6 +427,35 @@ def test_dp_comm_eff_scales_only_the_bandwidth_term():
         assert float(reps[2].breakdown_s[k]) == float(reps[0].breakdown_s[k])
 
 
+def test_dp_overlap_slowdown_charges_a_fraction_of_the_hidden_traffic():
+    """Hidden data-parallel traffic slows the compute it overlaps (Rashidi et al. 2021, ISCA):
+    ``dp_comm = exposed + k (t_dp - exposed)``, with ``exposed = max(t_dp - window, 0)`` as
+    at k = 0, so k = 1 charges the whole collective time and no other term of the step moves.
+    Tested where the traffic is partly hidden (the example) and where it is all exposed
+    (overlap off)."""
+    cfg = example_config()
+    for overlap in (1.0, 0.0):
+        st = dataclasses.replace(cfg.strategy, overlap_dp=overlap)
+        reps = {}
+        for k in (0.0, 0.3, 1.0):
+            eff = dataclasses.replace(cfg.efficiency, dp_overlap_slowdown=k)
+            reps[k] = cd.evaluate(cfg.model, cfg.training, cfg.system, st, eff)
+        t_dp = float(reps[0.0].exposed_comm_s["dp_total"])
+        exposed = float(reps[0.0].breakdown_s["dp_comm"])
+        assert 0 < exposed <= t_dp
+        for r in reps.values():  # the part beyond the window does not depend on k
+            assert float(r.exposed_comm_s["dp_beyond_window"]) == exposed
+        if overlap:
+            assert exposed < t_dp  # the example hides part of it
+        for k, r in reps.items():
+            assert math.isclose(
+                float(r.breakdown_s["dp_comm"]), exposed + k * (t_dp - exposed), rel_tol=1e-12
+            )
+            for name in ("forward", "backward", "tp_comm", "pp_bubble", "pp_p2p", "optimizer"):
+                assert float(r.breakdown_s[name]) == float(reps[0.0].breakdown_s[name])
+        assert math.isclose(float(reps[1.0].breakdown_s["dp_comm"]), t_dp, rel_tol=1e-12)
+
+
 def test_example_time_terms_by_hand():
     """GPT-3 175B, 1024 A100-80GB, tp 8 pp 8 (v = 4) dp 16, b = 1, SP, selective, ZeRO-1,
     flash attention; every term from the documented formulas."""

@@ -89,6 +89,7 @@ FRACTION_PARAMS = frozenset(
         "attention_eff",
         "hbm_eff",
         "dp_overlap_eff",
+        "dp_overlap_slowdown",
         "dp_comm_eff",
         "tp_overlap_eff",
         "cp_overlap_eff",

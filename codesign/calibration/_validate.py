@@ -199,12 +199,16 @@ def run_validation(
     }
 
 
-_BEFORE_FLEX = tuple(p for p in DEFAULT_PARAMS if p not in FLEX_RATIOS)
+_BEFORE_SLOWDOWN = tuple(p for p in DEFAULT_PARAMS if p != "dp_overlap_slowdown")
+_BEFORE_FLEX = tuple(p for p in _BEFORE_SLOWDOWN if p not in FLEX_RATIOS)
 _PER_STACK = tuple(p for p in _BEFORE_FLEX if p != "dp_comm_eff")
 _WITH_RECOMPUTE = _PER_STACK + ("recompute_factor",)
-_SHARED_GROUPED = {"grouped_gemm_eff": "shared"}
-"""``grouped_gemm_eff`` as every candidate before the chosen set fitted it: one value for all
-rows (the chosen set fits one per software stack, :data:`PARAM_GROUPING`)."""
+_DP_PER_STACK = {"dp_overlap_eff": "shared+stack"}
+"""``dp_overlap_eff`` as every candidate before ``dp_overlap_slowdown`` fitted it: one value per
+software stack (the chosen set shares one, :data:`PARAM_GROUPING`)."""
+_SHARED_GROUPED = {"grouped_gemm_eff": "shared", **_DP_PER_STACK}
+"""``grouped_gemm_eff`` as every candidate before the grouped-GEMM ablation fitted it: one value
+for all rows (the chosen set fits one per software stack, :data:`PARAM_GROUPING`)."""
 
 
 def _shared_grouped(overrides: dict) -> dict:
@@ -231,16 +235,26 @@ ABLATION_SETS = {
     ),
     "+ per software stack": (_PER_STACK, _SHARED_GROUPED),
     "+ dp_comm_eff per stack": (_BEFORE_FLEX, _SHARED_GROUPED),
-    "+ flex dispatcher ratios": (DEFAULT_PARAMS, _SHARED_GROUPED),
+    "+ flex dispatcher ratios": (_BEFORE_SLOWDOWN, _SHARED_GROUPED),
     "+ flex ratios, grouped GEMMs per generation": (
-        DEFAULT_PARAMS,
-        {"grouped_gemm_eff": "generation", "grouped_gemm_half_tokens": "generation"},
+        _BEFORE_SLOWDOWN,
+        {
+            "grouped_gemm_eff": "generation",
+            "grouped_gemm_half_tokens": "generation",
+            **_DP_PER_STACK,
+        },
     ),
     "+ flex ratios, moe_imbalance per stack": (
-        DEFAULT_PARAMS,
+        _BEFORE_SLOWDOWN,
         _shared_grouped({"moe_imbalance": "shared+stack"}),
     ),
-    "+ grouped_gemm_eff per stack (chosen)": (DEFAULT_PARAMS, {}),
+    "+ grouped_gemm_eff per stack": (_BEFORE_SLOWDOWN, _DP_PER_STACK),
+    "+ dp_overlap_slowdown shared": (
+        DEFAULT_PARAMS,
+        {**_DP_PER_STACK, "dp_overlap_slowdown": "shared"},
+    ),
+    "+ dp_overlap_slowdown per stack": (DEFAULT_PARAMS, _DP_PER_STACK),
+    "+ dp_overlap_slowdown per stack, dp_overlap_eff shared (chosen)": (DEFAULT_PARAMS, {}),
     "per stack, dp_overlap_eff shared": (
         _PER_STACK,
         _shared_grouped({"dp_overlap_eff": "shared"}),

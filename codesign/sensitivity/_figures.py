@@ -122,8 +122,10 @@ class Curve:
 
     ``values`` are the parameter's values (its units; ``factors`` the same relative to the
     design point ``value``), ``objective_values`` the objective (``unit``), ``fits`` whether
-    the strategy fits in memory, ``exposed_dp`` the exposed data-parallel communication
-    (``Report.breakdown_s["dp_comm"]``, seconds), ``reference`` the objective at the design
+    the strategy fits in memory, ``exposed_dp`` the data-parallel communication beyond the
+    overlap window (``Report.exposed_comm_s["dp_beyond_window"]``, seconds: the exposed
+    ``dp_comm`` without the ``dp_overlap_slowdown`` share of the hidden traffic, so that it
+    ends where the window hides everything), ``reference`` the objective at the design
     point and ``kinks`` a list of :class:`Kink`.
     """
 
@@ -155,7 +157,7 @@ def _curve_program(paths: tuple, covering: tuple, objective: str):
 
     def one(base, s):
         r = _report(apply_scales(base, params, s, covering))
-        return fn(r), r.fits, r.breakdown_s["dp_comm"]
+        return fn(r), r.fits, r.exposed_comm_s["dp_beyond_window"]
 
     return jax.jit(jax.vmap(one, in_axes=(None, 0)))
 
@@ -359,7 +361,7 @@ def one_at_a_time(
         >>> cfg = cd.load_run("experiments/configs/gpt3-175b-a100.toml")
         >>> c = one_at_a_time(cfg, "tiers[1].bandwidth_gbps", num=33, span=8.0)
         >>> [(k.reason, round(k.value)) for k in c.kinks]
-        [('exposed DP communication ends', 133)]
+        [('exposed DP communication ends', 118)]
     """
     if objective not in OBJECTIVES:
         raise SpecError("objective", objective, f"one of {list(OBJECTIVES)}")
