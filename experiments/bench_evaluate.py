@@ -128,6 +128,8 @@ def _sweep_temp_bytes(sw, cfg, axes) -> int:
     import jax.numpy as jnp
     import numpy as np
 
+    from codesign.rules import active_constraints, caps_of
+
     base = jax.tree_util.tree_map(
         jnp.asarray,
         {
@@ -149,6 +151,7 @@ def _sweep_temp_bytes(sw, cfg, axes) -> int:
         jnp.asarray(tables[split + a][inner_idx[a]]) for a in range(len(inner_shape))
     )
     devices = tuple(jax.devices())
+    caps = caps_of({})  # the sweep's caps when a problem sets none
     n_outer = int(np.prod(shape[:split]))
     n_steps = int(min(256, -(-n_outer // len(devices))))
     call = sw._compiled_call(
@@ -162,6 +165,7 @@ def _sweep_temp_bytes(sw, cfg, axes) -> int:
         n_steps,
         devices,
         2,  # counts of valid and feasible points (no diagnosing pass)
+        active_constraints(caps),  # none set: no constraint is computed, as in the sweep
     )
     starts = jnp.arange(len(devices), dtype=itype) * n_steps
     lowered = call.lower(
@@ -169,7 +173,7 @@ def _sweep_temp_bytes(sw, cfg, axes) -> int:
         tuple(jnp.asarray(t) for t in tables),
         inner_vals,
         tuple(jnp.asarray(i, dtype=itype) for i in inner_idx),
-        jnp.asarray([np.inf, np.inf]),
+        jnp.asarray(caps, dtype=jnp.result_type(float)),
         starts,
     )
     return lowered.compile().memory_analysis().temp_size_in_bytes
