@@ -255,6 +255,10 @@ ABLATION_SETS = {
     ),
     "+ dp_overlap_slowdown per stack": (DEFAULT_PARAMS, _DP_PER_STACK),
     "+ dp_overlap_slowdown per stack, dp_overlap_eff shared (chosen)": (DEFAULT_PARAMS, {}),
+    "chosen, dp_overlap_slowdown per generation and stack": (
+        DEFAULT_PARAMS,
+        {"dp_overlap_slowdown": "generation+stack"},
+    ),
     "per stack, dp_overlap_eff shared": (
         _PER_STACK,
         _shared_grouped({"dp_overlap_eff": "shared"}),
