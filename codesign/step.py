@@ -358,12 +358,17 @@ def evaluate_unchecked(
     t_outer = dense_outer + has_experts * expert_outer
     window = (1.0 - z[3]) * (t_fwd + t_bwd) + z[3] * n_mb * (t_fwd + t_bwd + t_rec)
     window = st.overlap_dp * eff.dp_overlap_eff * window
-    dp_beyond = sm.relu(t_dp - window, scale=t_mb)  # what the overlap window cannot hide
-    # Hidden traffic still takes SMs and HBM from the compute it overlaps (dp_overlap_slowdown).
-    dp_exposed = dp_beyond + eff.dp_overlap_slowdown * (t_dp - dp_beyond)
+
+    def charged(t, window):
+        """(the part of ``t`` the window cannot hide, the time charged): hidden traffic still
+        takes SMs and HBM from the compute it overlaps (``dp_overlap_slowdown``)."""
+        beyond = sm.relu(t - window, scale=t_mb)
+        return beyond, beyond + eff.dp_overlap_slowdown * (t - beyond)
+
+    dp_beyond, dp_exposed = charged(t_dp, window)
     h = jnp.maximum(st.outer_sync_interval, 1.0)
     hidden = st.outer_overlap * h * n_mb * (t_fwd + t_bwd + t_rec)
-    dp_exposed = dp_exposed + diloco * sm.relu(t_outer - hidden, scale=t_mb) / h
+    dp_exposed = dp_exposed + diloco * charged(t_outer, hidden)[1] / h
 
     # ---- optimizer: on the accelerator, and the offloaded part on the host CPU -----------
     opt_params = sharded(pl["dense"], pl["expert"], zero_fractions(z)["optimizer"], st)

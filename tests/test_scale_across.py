@@ -169,3 +169,25 @@ def test_run_file_round_trip_and_bad_input(tmp_path):
         _cfg(outer_compression=2.0)
     with pytest.raises(SpecError, match="outer_overlap"):
         _cfg(outer_overlap=-0.1)
+
+
+def test_hidden_outer_reduction_is_charged_the_slowdown_too():
+    """The streaming outer all-reduce hidden behind the next H steps' compute shares the GPU
+    with that compute like the every-step reduction: ``dp_overlap_slowdown`` charges k of its
+    time (per step, over H), on top of k of the hidden every-step traffic.  The outer time
+    itself comes from the same run with its overlap off, where all of it is charged."""
+    kw = {"cross": "cross-building", "placement": DP_OUT, "outer_sync_interval": 4}
+
+    def dp(overlap, k):
+        cfg = _cfg(outer_overlap=overlap, **kw)
+        eff = dataclasses.replace(cfg.efficiency, dp_overlap_slowdown=k)
+        return cd.evaluate(cfg.model, cfg.training, cfg.system, cfg.strategy, eff)
+
+    off, on, on_k = dp(0.0, 0.0), dp(1.0, 0.0), dp(1.0, 0.4)
+    outer_per_step = float(off.breakdown_s["dp_comm"]) - float(on.breakdown_s["dp_comm"])
+    assert outer_per_step > 0  # hidden whole at overlap 1
+    inner_hidden = float(on.exposed_comm_s["dp_total"]) - float(
+        on.exposed_comm_s["dp_beyond_window"]
+    )
+    expected = float(on.breakdown_s["dp_comm"]) + 0.4 * (inner_hidden + outer_per_step)
+    assert float(on_k.breakdown_s["dp_comm"]) == pytest.approx(expected, rel=1e-12)
