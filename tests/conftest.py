@@ -9,6 +9,7 @@ backend: 4 CPU devices (so the sharded sweep really runs on several devices, see
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from pathlib import Path
 
 import jax
@@ -22,6 +23,14 @@ import codesign as cd  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_TOML = REPO / "experiments" / "configs" / "gpt3-175b-a100.toml"
+
+
+def experiment_module(name: str):
+    """The script ``experiments/<name>.py`` imported as a module (its ``main`` not run)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def small_doc(**strategy) -> dict:

@@ -9,14 +9,13 @@ numbers the goldens use, so a refit that moves them fails there first, with the 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 import tomllib
 
 import jax
 import jax.numpy as jnp
 import pytest
-from conftest import REPO, with_tier
+from conftest import REPO, experiment_module, with_tier
 
 from codesign.config import pricing_preset, system_preset, tier_preset
 from codesign.cost import cluster_cost
@@ -154,12 +153,7 @@ def test_pricing_toml_is_complete_finite_non_negative_and_sourced():
 
 @pytest.fixture(scope="module")
 def fit_module():
-    spec = importlib.util.spec_from_file_location(
-        "fit_pricing", REPO / "experiments" / "fit_pricing.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return experiment_module("fit_pricing")
 
 
 def test_fit_leave_one_out_error_is_bounded(fit_module):
