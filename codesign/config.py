@@ -348,6 +348,7 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
 STRATEGY_FLAGS = (  # [strategy] keys that are true/false
     "sequence_parallel",
     "overlap_dp",
+    "overlap_param_gather",
     "overlap_tp",
     "flash_attention",
     "pp_embedding_in_split",

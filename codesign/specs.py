@@ -363,6 +363,14 @@ class Strategy:
     outer_overlap: float = 0.0
     """Fraction (0..1) of the next ``H`` steps' compute the outer reduction may hide behind
     (streaming / overlapped DiLoCo, Douillard et al. 2025, arXiv:2501.18512); 0: it blocks."""
+    overlap_param_gather: float = 1.0
+    """With ``overlap_dp`` on and ZeRO 1/2 (Megatron's distributed optimizer): 1 overlaps the
+    parameter all-gather after the optimizer step with the next step's forward pass, as the
+    gradient reduce-scatter overlaps the backward pass (Megatron-Core ``overlap_param_gather``,
+    which requires ``overlap_grad_reduce``); 0 leaves the all-gather exposed while the
+    reduce-scatter stays hidden (Megatron-Bridge 25.11 turns it off for MXFP8 recipes: "keeping
+    this enabled causes NaN grad norm").  No effect without ``overlap_dp`` (nothing overlaps)
+    or under ZeRO 0/3."""
 
 
 # --------------------------------------------------------------------------------------
@@ -418,6 +426,7 @@ def make_strategy(
     outer_sync_interval: float = 1.0,
     outer_compression: float = 1.0,
     outer_overlap: float = 0.0,
+    overlap_param_gather: bool = True,
 ) -> Strategy:
     """Build a :class:`Strategy` from readable values (checked).
 
@@ -434,6 +443,7 @@ def make_strategy(
     for name, flag in (
         ("sequence_parallel", sequence_parallel),
         ("overlap_dp", overlap_dp),
+        ("overlap_param_gather", overlap_param_gather),
         ("overlap_tp", overlap_tp),
         ("flash_attention", flash_attention),
         ("pp_embedding_in_split", pp_embedding_in_split),
@@ -499,6 +509,7 @@ def make_strategy(
         outer_sync_interval=float(outer_sync_interval),
         outer_compression=float(outer_compression),
         outer_overlap=float(outer_overlap),
+        overlap_param_gather=float(bool(overlap_param_gather)),
     )
 
 

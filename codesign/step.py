@@ -23,8 +23,8 @@ weights (ZeRO-1/2, Megatron's distributed optimizer), or does that for every mic
 with two gathers (ZeRO-3/FSDP), at ``dp_comm_eff`` of the tiers' collective bandwidth.
 With ``overlap_dp`` on, up to ``dp_overlap_eff`` of one micro-batch's forward and backward
 hides it (gradient buckets reduce during the last backward; the distributed optimizer's
-parameter all-gather overlaps the next forward), and for ZeRO-3 the compute of all
-micro-batches (parameter prefetch).
+parameter all-gather overlaps the next forward; with ``overlap_param_gather`` off that
+all-gather is exposed), and for ZeRO-3 the compute of all micro-batches (parameter prefetch).
 
 Everything is an array: :func:`evaluate` is jit-compiled once per static structure (number
 of tiers, precision, exact or relaxed) and vmaps over any leaf.
@@ -338,25 +338,31 @@ def evaluate_unchecked(
     inner = 1.0 - diloco * site
 
     def dp_times(n_params, group):
-        """(every-step reduction over the inner tiers, outer all-reduce over the sites)."""
+        """(every-step reduction over the inner tiers, the part of it no overlap can hide,
+        outer all-reduce over the sites)."""
         lat_t, per_byte_t = coll.reduce_scatter_tier_coeffs(group, sy, sm)  # AR = 2 RS, AG = RS
         per_byte_t = safe_div(per_byte_t, eff.dp_comm_eff)  # both reductions are DP collectives
         lat, per_byte = jnp.sum(inner * lat_t, axis=0), jnp.sum(inner * per_byte_t, axis=0)
         rs = lat + gbytes * n_params * per_byte
         ag = lat + 2.0 * n_params * per_byte
         every = z[0] * 2.0 * rs + (z[1] + z[2]) * (rs + ag) + z[3] * n_mb * (rs + 2.0 * ag)
+        # the distributed optimizer's parameter all-gather, when it does not overlap
+        blocking = (z[1] + z[2]) * (1.0 - st.overlap_param_gather) * ag
         lat_o, per_byte_o = jnp.sum(site * lat_t, axis=0), jnp.sum(site * per_byte_t, axis=0)
         outer = 2.0 * (lat_o + gbytes * st.outer_compression * n_params * per_byte_o)
-        return every, outer
+        return every, blocking, outer
 
     has_experts = jnp.where(
         pl["expert"] > 0, 1.0, 0.0
     )  # no empty expert collective for dense models
-    dense_dp, dense_outer = dp_times(pl["dense"], groups["dp"])
-    expert_dp, expert_outer = dp_times(pl["expert"], groups["edp"])
+    dense_dp, dense_block, dense_outer = dp_times(pl["dense"], groups["dp"])
+    expert_dp, expert_block, expert_outer = dp_times(pl["expert"], groups["edp"])
     t_dp = dense_dp + has_experts * expert_dp
+    t_block = st.overlap_dp * (dense_block + has_experts * expert_block)
     t_outer = dense_outer + has_experts * expert_outer
-    window = (1.0 - z[3]) * (t_fwd + t_bwd) + z[3] * n_mb * (t_fwd + t_bwd + t_rec)
+    # an exposed parameter all-gather leaves the reduce-scatter the backward pass alone
+    fwd_window = 1.0 - (z[1] + z[2]) * (1.0 - st.overlap_param_gather)
+    window = (1.0 - z[3]) * (fwd_window * t_fwd + t_bwd) + z[3] * n_mb * (t_fwd + t_bwd + t_rec)
     window = st.overlap_dp * eff.dp_overlap_eff * window
 
     def charged(t, window):
@@ -365,7 +371,8 @@ def evaluate_unchecked(
         beyond = sm.relu(t - window, scale=t_mb)
         return beyond, beyond + eff.dp_overlap_slowdown * (t - beyond)
 
-    dp_beyond, dp_exposed = charged(t_dp, window)
+    dp_beyond, dp_exposed = charged(t_dp - t_block, window)
+    dp_beyond, dp_exposed = dp_beyond + t_block, dp_exposed + t_block
     h = jnp.maximum(st.outer_sync_interval, 1.0)
     hidden = st.outer_overlap * h * n_mb * (t_fwd + t_bwd + t_rec)
     dp_exposed = dp_exposed + diloco * charged(t_outer, hidden)[1] / h

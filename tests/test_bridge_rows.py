@@ -28,8 +28,9 @@ TRAINING_KEYS = {"global_batch", "precision", "grad_reduce_bytes"}
 STRATEGY_KEYS = {
     "tp", "pp", "dp", "cp", "ep", "etp", "microbatch", "interleave", "sequence_parallel",
     "recompute", "recompute_modules", "recompute_fraction", "recompute_num_layers", "zero",
-    "overlap_dp", "overlap_tp", "flash_attention", "pp_first_layers", "pp_last_layers",
-    "pp_embedding_in_split", "pp_loss_in_split", "offload_activations", "offload_optimizer",
+    "overlap_dp", "overlap_param_gather", "overlap_tp", "flash_attention", "pp_first_layers",
+    "pp_last_layers", "pp_embedding_in_split", "pp_loss_in_split", "offload_activations",
+    "offload_optimizer",
     "overlap_moe_comm", "moe_hierarchical_dispatch", "moe_permute_copies", "offload_whole_layers",
 }  # fmt: skip
 PRECISIONS = {"bf16", "fp16", "fp8", "fp8-delayed", "fp8-current", "mxfp8", "fp4", "nvfp4", "mxfp4"}

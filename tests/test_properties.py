@@ -52,6 +52,7 @@ def strategies(draw, max_tp=8, max_pp=4):
         sequence_parallel=draw(hs.booleans()),
         flash_attention=draw(hs.booleans()),
         overlap_dp=draw(hs.booleans()),
+        overlap_param_gather=draw(hs.booleans()),
         overlap_tp=draw(hs.booleans()),
         interleave=draw(hs.sampled_from([1, 2])) if pp > 1 else 1,
     )

@@ -716,6 +716,54 @@ def test_dense_model_dp_comm_by_hand_three_tiers(zero):
     assert math.isclose(float(r.breakdown_s["dp_comm"]), expected, rel_tol=1e-12)
 
 
+def test_param_gather_overlap_off_by_hand():
+    """Megatron-Core's ``overlap_param_gather`` (ZeRO-1, the distributed optimizer): on, the
+    reduce-scatter and the all-gather hide behind ``dp_overlap_eff`` of one micro-batch's
+    forward and backward; off, the all-gather is exposed whole and the reduce-scatter hides
+    behind the backward alone.  Llama 3 8B over two regions (the three-tier case above), whose
+    cross-region link makes the traffic far longer than either window; ZeRO-0 and ZeRO-3 and a
+    run without ``overlap_dp`` do not see the flag."""
+    d = {
+        "model": {"preset": "llama3-8b"},
+        "training": {"global_batch": 512},
+        "system": {
+            "accelerator": "h100-sxm5-80gb",
+            "num_accelerators": 128,
+            "tiers": [
+                {"preset": "nvlink4", "domain": 8},
+                {"preset": "ib-ndr-400", "domain": 64},
+                {"preset": "cross-region"},
+            ],
+        },
+        "strategy": {"tp": 8, "pp": 1, "dp": 16, "zero": 1},
+        "efficiency": {"dp_overlap_slowdown": 0.0},
+    }
+    reps = {}
+    for opg in (True, False):
+        d["strategy"]["overlap_param_gather"] = opg
+        reps[opg] = report_of(cd.load_run_dict(d))
+    cfg = cd.load_run_dict(d)
+    pd = float(reps[True].params["local_dense"])
+    tiers, e = links(cfg), float(cfg.efficiency.dp_comm_eff)
+    rs4, ag2 = _rs_time(4 * pd, [1, 8, 2], tiers, e), _rs_time(2 * pd, [1, 8, 2], tiers, e)
+    n_mb, o = 512 / 16, float(cfg.efficiency.dp_overlap_eff)
+    b = {k: float(v) for k, v in reps[True].breakdown_s.items()}
+    t_fwd, t_bwd = b["forward"] / n_mb, b["backward"] / n_mb
+    on = rs4 + ag2 - o * (t_fwd + t_bwd)
+    off = (rs4 - o * t_bwd) + ag2
+    assert math.isclose(b["dp_comm"], on, rel_tol=1e-12)
+    assert math.isclose(float(reps[False].breakdown_s["dp_comm"]), off, rel_tol=1e-12)
+    assert off > on
+    for k in ("forward", "backward", "optimizer"):
+        assert float(reps[False].breakdown_s[k]) == b[k]
+    for strat in ({"zero": 0}, {"zero": 3}, {"zero": 1, "overlap_dp": False}):
+        times = []
+        for opg in (True, False):
+            d["strategy"] = {"tp": 8, "pp": 1, "dp": 16, **strat, "overlap_param_gather": opg}
+            times.append(float(report_of(cd.load_run_dict(d)).step_time_s))
+        assert times[0] == times[1], strat
+
+
 def test_moe_dp_comm_by_hand():
     """Mixtral on 64 H100, tp 2 pp 2 dp 16 ep 8, ZeRO-1, no overlap: the dense parameters
     reduce over the 16 dp ranks (2 apart: 4 per node, 16 over IB), the expert parameters over

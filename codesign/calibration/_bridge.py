@@ -243,6 +243,12 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
             "(impossible in Megatron-Core; the page repeats the main column's EP)"
         )
         ep = valid
+    precision = bridge_precision(row, key, notes)
+    # Megatron-Bridge 25.11 turns the distributed optimizer's parameter all-gather overlap off
+    # for MXFP8 in some recipes ("keeping this enabled causes NaN grad norm").
+    gather_overlap = not (precision == "mxfp8" and val.get("mxfp8_param_gather_off", False))
+    if not gather_overlap:
+        notes.append("MXFP8: overlap_param_gather off (recipe)")
     strategy = {
         "tp": tp,
         "pp": pp,
@@ -255,6 +261,8 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
         "sequence_parallel": tp > 1,
         "recompute": val.get("recompute", "none"),
         "zero": 3 if fsdp else 1,
+        "overlap_dp": bool(val.get("overlap_grad_reduce", True)),
+        "overlap_param_gather": gather_overlap,
         "overlap_tp": bool(val.get("overlap_tp", False)) and tp > 1,
         "offload_activations": float(val.get("offload_activations", 0.0)),
         "offload_optimizer": 0.0,
@@ -301,7 +309,7 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
 
     training = {
         "global_batch": int(par["global_batch"]),
-        "precision": bridge_precision(row, key, notes),
+        "precision": precision,
         "grad_reduce_bytes": float(val.get("grad_reduce_bytes", 2.0)),
     }
     nvl = int(hw.get("nvlink_domain", 8))

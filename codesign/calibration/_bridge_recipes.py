@@ -154,6 +154,9 @@ def _ds09(gpu: str) -> dict:
         "layout": _f(
             "recipe", f'{DSV3_RECIPE09} map_pp_vp_to_layout; {RUN09} h100 layout "Et|(tt|)*30mL"'
         ),
+        "overlap_grad_reduce": _f(
+            not h100, f"{RUN09}: comm_overlap.overlap_grad_reduce True on gb200/b200, False on h100"
+        ),
     }
 
 
@@ -188,6 +191,21 @@ def _ds11(gpu: str) -> dict:
             "(w/ or w/o MTP) is taken from the row",
         ),
         "layout": _f("recipe", f"{DSV3_RECIPE11} layout_map (pp, vp)"),
+        "overlap_grad_reduce": _f(
+            gpu != "h100",
+            f"{_pre11('deepseek')}: comm_overlap.overlap_grad_reduce "
+            + ("False on h100 ('to avoid functional errors')" if gpu == "h100" else "True"),
+        ),
+        "mxfp8_param_gather_off": _f(
+            gpu in ("gb300", "gb200"),
+            f"{_pre11('deepseek')}: deepseek_v3_{gpu}_config "
+            + {
+                "gb300": "sets overlap_param_gather False for fp8_mx",
+                "gb200": "sets overlap_param_gather False for fp8_mx",
+                "b200": "keeps overlap_param_gather for fp8_mx",
+                "h100": "has no fp8_mx config",
+            }[gpu],
+        ),
     }
 
 
@@ -228,6 +246,11 @@ def _qwen(container: str, gpu: str, size: str, **extra) -> dict:
                 f"{_pre11('qwen3')}: CommOverlapConfig(tp_comm_overlap=...) per GPU",
             ),
             "token_drop": _f(False, f"{_pre11('qwen3')}: dropless, force load balancing"),
+            "mxfp8_param_gather_off": _f(
+                gpu == "b200" and size == "235b_a22b",
+                f"{_pre11('qwen3')}: overlap_param_gather False for fp8_mx in "
+                "qwen3_235b_a22b_b200_config only",
+            ),
         }
     facts.update(extra)
     return facts
@@ -343,13 +366,23 @@ BRIDGE_RECIPES[("llama3_8b", "h100", "25.11", "main")] = _llama(
     ),
     recompute_num_layers=_f(5, f"{_B11L3}: LLAMA3_8B_H100_FP8_CS_BASE_CONFIG"),
 )
+_MX_GATHER = {
+    m: _f(
+        True,
+        f"{R11} configs/{d}/{d}_llm_pretrain.py: {m}_<gb300|gb200|b200>_config sets "
+        "overlap_param_gather False for fp8_mx ('keeping this enabled causes NaN grad norm')",
+    )
+    for m, d in ((_L70, "llama3"), (_L405, "llama31"))
+}
 BRIDGE_RECIPES[(_L70, "gb300", "25.11", "main")] = _llama(
     "25.11",
+    mxfp8_param_gather_off=_MX_GATHER[_L70],
     fsdp=_f(True, f"{_B11L3}: LLAMA3_70B_GB300_FP8_CS use_megatron_fsdp, mbs 2"),
     offload_activations=_offload(20, 80, f"{_B11L3} LLAMA3_70B_GB300_FP8_CS"),
 )
 BRIDGE_RECIPES[(_L70, "gb200", "25.11", "main")] = _llama(
     "25.11",
+    mxfp8_param_gather_off=_MX_GATHER[_L70],
     fsdp=_f(True, f"{_B11L3}: LLAMA3_70B_GB200_FP8_CS use_megatron_fsdp, mbs 2"),
     offload_activations=_offload(40, 80, f"{_B11L3} LLAMA3_70B_GB200_FP8_CS"),
 )
@@ -367,6 +400,9 @@ for _gpu in ("gb300", "gb200", "b200", "h100"):
                 True, f"{R11} configs/llama31/llama31_llm_pretrain.py: userbuffers tp_comm_overlap"
             ),
             split=_f(True, f"{R11} {_405_SPLIT}"),
+            mxfp8_param_gather_off=_MX_GATHER[_L405]
+            if _gpu != "h100"
+            else _f(False, f"{R11} configs/llama31/llama31_llm_pretrain.py: no fp8_mx on h100"),
             offload_activations=_assumed(
                 0.0,
                 f"{_B11L31} has no config with the page's degrees for "
