@@ -678,15 +678,10 @@ def _rs_time(size, fans, tiers, dp_comm_eff=1.0):
     return total
 
 
-@pytest.mark.parametrize("zero", [0, 1, 3])
-def test_dense_model_dp_comm_by_hand_three_tiers(zero):
+def _two_regions(**strategy) -> dict:
     """Llama 3 8B on 2 x 64 H100 in two regions (nvlink4 x 8, NDR IB x 64, cross-region link),
-    tp 8, dp 16, data-parallel communication not overlapped.  A dense model has no expert
-    parameters, so the data-parallel traffic is that of the dense gradients only:
-    ZeRO-0 all-reduces the fp32 gradients (= 2 reduce-scatters), ZeRO-1/2 reduce-scatter
-    them and all-gather the bf16 weights, ZeRO-3 does that every micro-batch with two
-    all-gathers (forward and backward)."""
-    d = {
+    tp 8, dp 16 (its ranks 8 apart: none share a node, 8 share an IB domain, 2 regions)."""
+    return {
         "model": {"preset": "llama3-8b"},
         "training": {"global_batch": 512},
         "system": {
@@ -698,9 +693,19 @@ def test_dense_model_dp_comm_by_hand_three_tiers(zero):
                 {"preset": "cross-region"},
             ],
         },
-        "strategy": {"tp": 8, "pp": 1, "dp": 16, "zero": zero, "overlap_dp": False},
+        "strategy": {"tp": 8, "pp": 1, "dp": 16, **strategy},
     }
-    cfg = cd.load_run_dict(d)
+
+
+@pytest.mark.parametrize("zero", [0, 1, 3])
+def test_dense_model_dp_comm_by_hand_three_tiers(zero):
+    """Llama 3 8B on 2 x 64 H100 in two regions (nvlink4 x 8, NDR IB x 64, cross-region link),
+    tp 8, dp 16, data-parallel communication not overlapped.  A dense model has no expert
+    parameters, so the data-parallel traffic is that of the dense gradients only:
+    ZeRO-0 all-reduces the fp32 gradients (= 2 reduce-scatters), ZeRO-1/2 reduce-scatter
+    them and all-gather the bf16 weights, ZeRO-3 does that every micro-batch with two
+    all-gathers (forward and backward)."""
+    cfg = cd.load_run_dict(_two_regions(zero=zero, overlap_dp=False))
     r = report_of(cfg)
     h, V, f = 4096.0, 128256.0, 14336.0
     layer = h * (h + 2 * 1024) + h * h + 3 * h * f + 2 * h
@@ -723,26 +728,15 @@ def test_param_gather_overlap_off_by_hand():
     behind the backward alone.  Llama 3 8B over two regions (the three-tier case above), whose
     cross-region link makes the traffic far longer than either window; ZeRO-0 and ZeRO-3 and a
     run without ``overlap_dp`` do not see the flag."""
-    d = {
-        "model": {"preset": "llama3-8b"},
-        "training": {"global_batch": 512},
-        "system": {
-            "accelerator": "h100-sxm5-80gb",
-            "num_accelerators": 128,
-            "tiers": [
-                {"preset": "nvlink4", "domain": 8},
-                {"preset": "ib-ndr-400", "domain": 64},
-                {"preset": "cross-region"},
-            ],
-        },
-        "strategy": {"tp": 8, "pp": 1, "dp": 16, "zero": 1},
-        "efficiency": {"dp_overlap_slowdown": 0.0},
+
+    def doc(**strategy):
+        return {**_two_regions(**strategy), "efficiency": {"dp_overlap_slowdown": 0.0}}
+
+    reps = {
+        opg: report_of(cd.load_run_dict(doc(zero=1, overlap_param_gather=opg)))
+        for opg in (True, False)
     }
-    reps = {}
-    for opg in (True, False):
-        d["strategy"]["overlap_param_gather"] = opg
-        reps[opg] = report_of(cd.load_run_dict(d))
-    cfg = cd.load_run_dict(d)
+    cfg = cd.load_run_dict(doc(zero=1))
     pd = float(reps[True].params["local_dense"])
     tiers, e = links(cfg), float(cfg.efficiency.dp_comm_eff)
     rs4, ag2 = _rs_time(4 * pd, [1, 8, 2], tiers, e), _rs_time(2 * pd, [1, 8, 2], tiers, e)
@@ -757,10 +751,10 @@ def test_param_gather_overlap_off_by_hand():
     for k in ("forward", "backward", "optimizer"):
         assert float(reps[False].breakdown_s[k]) == b[k]
     for strat in ({"zero": 0}, {"zero": 3}, {"zero": 1, "overlap_dp": False}):
-        times = []
-        for opg in (True, False):
-            d["strategy"] = {"tp": 8, "pp": 1, "dp": 16, **strat, "overlap_param_gather": opg}
-            times.append(float(report_of(cd.load_run_dict(d)).step_time_s))
+        times = [
+            float(report_of(cd.load_run_dict(doc(**strat, overlap_param_gather=o))).step_time_s)
+            for o in (True, False)
+        ]
         assert times[0] == times[1], strat
 
 
