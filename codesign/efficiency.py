@@ -89,9 +89,8 @@ class Efficiency:
     Platforms', ISCA: overlapped collectives slow the compute kernels they share the GPU
     with).  The step charges ``exposed + dp_overlap_slowdown * (t_dp - exposed)``, for the
     every-step reduction and for DiLoCo's outer all-reduce hidden behind the next H steps
-    alike.  0 (the
-    class default): hidden traffic costs nothing; calibrated per software stack (Composer's
-    PyTorch FSDP near 0.56, Megatron-Bridge near 0.26, NeMo near 0.04)."""
+    alike.  0 (the class default): hidden traffic costs nothing; calibrated per software stack
+    (Composer's PyTorch FSDP near 0.56, Megatron-Bridge near 0.26, NeMo near 0.04)."""
     tp_overlap_eff: float = 0.8
     """Fraction of tensor-parallel communication hidden when TP-comm overlap is on.  Estimate."""
     cp_overlap_eff: float = 0.9

@@ -36,6 +36,7 @@ import numpy as np  # noqa: E402
 from codesign.calibration._dataset import build_dataset  # noqa: E402
 from codesign.calibration._fit import predict_step_times  # noqa: E402
 from codesign.calibration._grouping import groups_for, resolved_groups  # noqa: E402
+from codesign.calibration._presets import DATE  # noqa: E402
 from codesign.calibration._rows import load_all_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,17 +73,14 @@ def attribute(res: dict, points: list[dict], split: dict, rows) -> list[dict]:
     out = []
     for j, i in enumerate(ix):
         best = max(params, key=lambda p: gains[p][j])
-        lab = used.get(best, [None] * len(ix))[j] if best in used else "all"
-        own = g[best][j] if best in g else "all"
-        sv, av = split["values"][best], allv[best]
-        if isinstance(lab, tuple) or isinstance(own, tuple):
-            vals = ""
-        else:
-            key = lab if lab is not None else own
-            vals = (
-                f"{float(sv.get(key, np.nan)) if isinstance(sv, dict) else float(sv):.3g} -> "
-                f"{float(av.get(own, np.nan)) if isinstance(av, dict) else float(av):.3g}"
-            )
+        own = g[best][j] if best in g else "all"  # shared values are stored as {"all": v}
+        lab = used[best][j] if best in used else "all"
+        lab = own if lab is None else lab  # None: no fitted label in the chain, own value
+        vals = (
+            ""
+            if isinstance(own, tuple)  # tier efficiencies: one label per tier
+            else f"{split['values'][best].get(lab, np.nan):.3g} -> {allv[best].get(own, np.nan):.3g}"
+        )
         out.append(
             {
                 "id": points[i]["id"],
@@ -92,8 +90,7 @@ def attribute(res: dict, points: list[dict], split: dict, rows) -> list[dict]:
                 "err_all": float(e_all[j]),
                 "gains": {p: float(gains[p][j]) for p in params},
                 "pin": best,
-                "pin_label": _label_text(own)
-                + ("" if lab in (own, None) else f" (borrowed {lab})"),
+                "pin_label": _label_text(own) + ("" if lab == own else f" (borrowed {lab})"),
                 "pin_values": vals,
             }
         )
@@ -139,7 +136,7 @@ def _top(gains: dict, k: int = 4) -> str:
 
 def markdown(recs: dict, seconds: float, validation_date: str) -> str:
     rnd, cont = recs["random"], recs["container"]
-    sources = sorted({r["source"] for r in rnd}, key=lambda s: [r["source"] for r in rnd].index(s))
+    sources = list(dict.fromkeys(r["source"] for r in rnd))
     groups = [(f"{s}, 10 random splits", [r for r in rnd if r["source"] == s]) for s in sources]
     groups.append(("every source, 10 random splits", rnd))
     bw = [r for r in cont if any(f"DGX-{g}_" in r["id"] for g in BLACKWELL)]
@@ -200,18 +197,12 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     res = json.loads(Path(args.validation).read_text())
     recs = run(res)
-    md = markdown(recs, time.perf_counter() - t0, _validation_date())
+    md = markdown(recs, time.perf_counter() - t0, DATE)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "heldout_attribution.md").write_text(md)
     print("\n".join(md.splitlines()[8:20]))
     return 0
-
-
-def _validation_date() -> str:
-    from codesign.calibration._presets import DATE
-
-    return DATE
 
 
 if __name__ == "__main__":
