@@ -82,6 +82,10 @@ from codesign.step import evaluate_specs
 
 TARGET = 0.15
 CHUNK = 4096
+EXTERNAL = Path(__file__).resolve().parent / "data" / "megatron_bridge_2026_external.json"
+"""Later Megatron-Bridge releases (the external test set, never fitted): read only to show what
+NVIDIA's own later recipes ran for the rows above the target."""
+LATER_KEYS = (("tp", "tp"), ("pp", "pp"), ("virtual_pp", "interleave"), ("cp", "cp"), ("ep", "ep"))
 STRUCT = ("tp", "pp", "cp", "ep", "etp", "microbatch", "interleave")
 LAYOUT = ("pp_first_layers", "pp_last_layers", "pp_embedding_in_split", "pp_loss_in_split")
 DEFAULT_MODULES = np.array([1.0, 0, 0, 0, 0, 0])  # Megatron's default: the attention core only
@@ -357,6 +361,52 @@ def best_config(cfg, d: dict):
     return dataclasses.replace(cfg, strategy=st)
 
 
+# ---------------------------------------------------------------------------- later releases
+
+
+def _system(row_id: str) -> str:
+    """``"DGX-B200"`` of ``"mbridge_25.11_DGX-B200_GPT_OSS_120B_64gpu_BF16"``."""
+    return row_id.split("_")[2]
+
+
+def later_releases(row: dict, rec: dict, best: dict | None, external: list[dict]) -> list[dict]:
+    """The external set's runs of the row's model on the same system and GPU count (later
+    releases), each with its layout, measured tokens/s per GPU, that speed relative to the
+    row's, and which of the best layout's changes (tp, pp, interleave, cp, ep; ``rec`` is the
+    recipe as mapped) it adopted."""
+    out = []
+    for x in external:
+        if (
+            x["model"]["name"] != row["model"]["name"]
+            or _system(x["id"]) != _system(row["id"])
+            or x["hardware"]["num_gpus"] != row["hardware"]["num_gpus"]
+        ):
+            continue
+        par = x["parallel"]
+        adopted = []
+        if best is not None:
+            for page_key, key in LATER_KEYS:
+                v, mine = par.get(page_key) or 1, int(rec[key])
+                if v != mine and v == best.get(key):
+                    adopted.append(f"{key} {mine} -> {v}")
+        out.append(
+            {
+                "id": x["id"],
+                "release": x["id"].split("_")[1],
+                "precision": par.get("precision"),
+                "layout": " ".join(
+                    f"{k}{par.get(k) or 1}" for k in ("tp", "pp", "virtual_pp", "cp", "ep")
+                ).replace("virtual_pp", "vp")
+                + f" mb{par.get('microbatch')} gbs{par.get('global_batch')}",
+                "tokens_per_s_per_gpu": x["measured"]["tokens_per_s_per_gpu"],
+                "speed_vs_row": x["measured"]["tokens_per_s_per_gpu"]
+                / row["measured"]["tokens_per_s_per_gpu"],
+                "adopts_best": adopted,
+            }
+        )
+    return sorted(out, key=lambda d: [int(t) for t in d["release"].split(".")])
+
+
 # ---------------------------------------------------------------------------- what changes
 
 
@@ -453,6 +503,21 @@ def render(results: list[dict], meta: dict) -> str:
             f"{sum(1 for r in beyond if r['regret'] > TARGET)}.  A gain inside that band is "
             "within what the model gets wrong on measured recipes.",
         ]
+        confirmed = [
+            r
+            for r in above
+            if any(
+                x["adopts_best"] and x["speed_vs_row"] >= 1 / (1 - TARGET)
+                for x in r.get("later", [])
+            )
+        ]
+        lines += [
+            f"* Rows above {TARGET:.0%} whose gain a later release measured (it adopted a change "
+            f"of the best layout and ran at least {1 / (1 - TARGET):.2f}x the row's tokens/s per "
+            f"GPU; section below): {len(confirmed)} of {len(above)}"
+            + (f" ({', '.join(r['id'] for r in confirmed)})" if confirmed else "")
+            + ".",
+        ]
         pred_err = np.array([r["t_recipe"] / r["measured_s"] - 1 for r in ok if r["measured_s"]])
         if len(pred_err):
             lines += [
@@ -515,6 +580,29 @@ def render(results: list[dict], meta: dict) -> str:
                 f"* {r['id']} ({100 * r['regret']:.1f} %): {terms}; memory "
                 f"{r['recipe_memory_gb']:.0f} -> {r['best_memory_gb']:.0f} of {r['hbm_gb']:g} GB"
             )
+    later = [r for r in above if r.get("later")]
+    if later:
+        lines += [
+            "",
+            f"## Later releases of the rows above {TARGET:.0%} (external set, never fitted)",
+            "",
+            "What NVIDIA's later pages ran for the same model on the same system and GPU count "
+            "(`experiments/data/megatron_bridge_2026_external.json`): a later release that "
+            "adopts a change of the model's best layout and runs faster is evidence for the "
+            "claim, one that keeps the recipe's layout at no loss is evidence against it (each "
+            "release also changes the software, so the speed is not the layout's alone).",
+            "",
+            "| row | measured tokens/s/GPU | later release | precision | layout | tokens/s/GPU | "
+            "vs the row | adopts the best layout's |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in later:
+            for x in r["later"]:
+                lines.append(
+                    f"| {r['id']} | {r['tokens_per_s_per_gpu']:,.0f} | {x['release']} | "
+                    f"{x['precision']} | {x['layout']} | {x['tokens_per_s_per_gpu']:,.0f} | "
+                    f"{x['speed_vs_row']:.2f}x | {', '.join(x['adopts_best']) or '-'} |"
+                )
     notes = [r for r in ok if r.get("recipe_note")]
     if notes:
         lines += ["", "## Notes on recipe points", ""]
@@ -577,6 +665,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     rows = [r for r in load_all_rows() if source_short(r) == "Bridge"]
+    external = json.loads(EXTERNAL.read_text())
     if args.rows:
         rows = rows[: args.rows]
     results = []
@@ -658,6 +747,8 @@ def main(argv=None) -> int:
             },
             wall_s=time.perf_counter() - t_row,
             mapping_notes=notes,
+            tokens_per_s_per_gpu=row["measured"]["tokens_per_s_per_gpu"],
+            later=later_releases(row, rec, best_d, external),
         )
         results.append(res)
         print(

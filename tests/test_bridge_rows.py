@@ -96,6 +96,13 @@ def test_specific_recipe_settings():
     assert row_to_doc(by_id[qwen])[0]["strategy"]["moe_permute_copies"] == 1.0
     oss = "mbridge_25.11_DGX-GB200_GPT_OSS_120B_64gpu_BF16"
     assert row_to_doc(by_id[oss])[0]["strategy"]["moe_permute_copies"] == 2.0
+    # GPT-OSS on B200: the page prints the base config's EP 8, the recipe that set its MBS 4
+    # ran EP 64 (r0.2.0 workload_base_configs.py); the row's notes say so.
+    b200 = by_id["mbridge_25.11_DGX-B200_GPT_OSS_120B_64gpu_BF16"]
+    assert b200["parallel"]["ep"] == 8
+    doc_b, notes_b = row_to_doc(b200)
+    assert doc_b["strategy"]["ep"] == 64 and doc_b["strategy"]["microbatch"] == 4
+    assert any("ep 64 from the recipe (the page prints 8)" in n for n in notes_b)
     assert doc["model"]["moe_layers"] == 58 and doc["model"]["kv_lora_rank"] == 512
     doc, _ = row_to_doc(by_id["mbridge_25.09_DGX-GB200_LLAMA3.1_405B_128gpu_FP8unspecified"])
     assert doc["strategy"]["zero"] == 3
@@ -121,6 +128,8 @@ INCONSISTENT = {
 }
 """Rows whose published layout no Megatron-Core run could have had: the EP the mapping
 assumes instead (the largest valid one), and why."""
+FROM_RECIPE_EP = {"mbridge_25.11_DGX-B200_GPT_OSS_120B_64gpu_BF16": 64}
+"""Rows whose recipe ran another EP than the page prints (a recipe fact with its source)."""
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
@@ -132,8 +141,12 @@ def test_row_loads(row):
         assert int(cfg.strategy.ep) == ep != row["parallel"]["ep"]
         assert any(n.startswith(f"ASSUMED ep {ep}") for n in notes)
     else:
-        assert int(cfg.strategy.ep) == row["parallel"].get("ep", 1)
+        want = FROM_RECIPE_EP.get(row["id"], row["parallel"].get("ep", 1))
+        assert int(cfg.strategy.ep) == want
         assert not any(n.startswith("ASSUMED ep") for n in notes)
+        assert any(n.startswith(f"ep {want} from the recipe") for n in notes) == (
+            row["id"] in FROM_RECIPE_EP
+        )
 
 
 def test_contradicted_pairs_are_found_by_rule():

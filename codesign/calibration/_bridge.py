@@ -230,7 +230,9 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
     vpp = par.get("virtual_pp")
     interleave = vpp if isinstance(vpp, int) and not isinstance(vpp, bool) and vpp > 1 else 1
     fsdp = bool(par.get("fsdp"))
-    ep = int(par.get("ep", 1))
+    ep = int(val.get("ep", par.get("ep", 1)))
+    if ep != int(par.get("ep", 1)):
+        notes.append(f"ep {ep} from the recipe (the page prints {par.get('ep')})")
     fold = tp * int(par["dp"]) * cp
     if moe and fold % ep:
         # The 25.09 GB200 DeepSeek-V3 "alt" column: PP 8 with EP 64 on 256 GPUs (GA 64, so

@@ -274,6 +274,15 @@ def _gptoss(gpu: str) -> dict:
             "(the page's MBS 4 and GA 2 are the B200 line's: at dp 16 they give GBS 128, "
             "not 512)",
         )
+    if gpu == "b200":
+        facts["ep"] = _f(
+            64,
+            f"{src}: GPT_OSS_120B_B200_BF16_BASE_CONFIG expert_model_parallel_size=64 at every "
+            "r0.2.0 commit from cb30a7fd5 (2025-11-20, which also set the page's MBS 4; before "
+            "it the B200 line ran the base EP 8 at MBS 8). The page's EP 8 is the base "
+            "config's; its 8,213 tokens/s/GPU is the EP-64 speed of the later pages "
+            "(26.02: 8,047), not the EP-8 one (26.02.01: 13,722)",
+        )
     if mods:
         facts["recompute"] = _f(
             "selective",
@@ -422,13 +431,18 @@ SIMILAR_GPU = {"b300": "b200", "gb300": "gb200", "gb200": "gb300", "b200": "b300
 generation, other form factor or Blackwell / Blackwell Ultra)."""
 
 
+PAGE_FIXES = ("microbatch", "ep")
+"""Facts that correct a value the page prints for one row (the recipe ran another)."""
+
+
 def recipe_facts(key: tuple) -> tuple[dict | None, tuple]:
     """``(facts, key used)``: the recipe facts of ``key`` (:data:`BRIDGE_RECIPES` for the
     fitted 25.09 and 25.11 rows, :data:`BRIDGE_RECIPES_26` for the 2026 releases of the
     external test set) or, for a row whose release's recipes were not collected, those of the
     newest collected fitted release of the same model on the same or the most similar system
-    (:data:`SIMILAR_GPU`), main variant.  A borrowed recipe leaves out its ``microbatch``: that
-    fact corrects one page row, and a later page prints its own."""
+    (:data:`SIMILAR_GPU`), main variant.  A borrowed recipe leaves out its :data:`PAGE_FIXES`
+    (``microbatch``, ``ep``): those facts correct one page row, and a later page prints its
+    own."""
     for table in (BRIDGE_RECIPES, BRIDGE_RECIPES_26):
         if key in table:
             return table[key], key
@@ -437,5 +451,5 @@ def recipe_facts(key: tuple) -> tuple[dict | None, tuple]:
         for c in ("25.11", "25.09"):
             k = (model, g, c, "main")
             if k in BRIDGE_RECIPES:
-                return {n: f for n, f in BRIDGE_RECIPES[k].items() if n != "microbatch"}, k
+                return {n: f for n, f in BRIDGE_RECIPES[k].items() if n not in PAGE_FIXES}, k
     return None, key
