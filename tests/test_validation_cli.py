@@ -84,8 +84,8 @@ def test_validate_end_to_end_on_a_few_rows(tmp_path, capsys):
 
 def test_stored_ablation_is_checked_against_the_report_data():
     """A reused ``ablation.json`` is labelled with the data it was fitted on: the report says
-    "same data" only when the fingerprint of its fitted rows (ids and measured times) matches,
-    and flags the table as stale otherwise."""
+    "same data" only when the fingerprint of its fitted rows (ids, measured times and mapped
+    runs) matches, and flags the table as stale otherwise."""
     from codesign.calibration._report import _stored_ablation_note
     from codesign.calibration._validate import data_fingerprint
 
@@ -106,6 +106,27 @@ def test_stored_ablation_is_checked_against_the_report_data():
     note = _stored_ablation_note(moved, same, True)
     assert "Stale" in note and fp in note
     assert "not recorded" in _stored_ablation_note(res, {"set": {}}, True)
+    # The same rows mapped to another run (a corrected recipe fact) are other data too.
+    remapped = {"points": [{**res["points"][0], "mapping": "0123abcd"}, *res["points"][1:]]}
+    assert data_fingerprint(remapped) != fp
+    assert "Stale" in _stored_ablation_note(remapped, same, True)
+
+
+def test_mapping_fingerprint_follows_the_mapped_run():
+    """The hash of a row's mapped run changes with any leaf of its specs (e.g. the EP a recipe
+    fact sets) and not between two mappings of the same run."""
+    import dataclasses
+
+    from conftest import small_doc
+
+    from codesign.calibration._validate import mapping_fingerprint
+    from codesign.config import load_run_dict
+
+    cfg = load_run_dict(small_doc())
+    fp = mapping_fingerprint(cfg)
+    assert fp == mapping_fingerprint(load_run_dict(small_doc())) and len(fp) == 12
+    moved = dataclasses.replace(cfg, strategy=dataclasses.replace(cfg.strategy, microbatch=2.0))
+    assert mapping_fingerprint(moved) != fp
 
 
 @pytest.mark.slow

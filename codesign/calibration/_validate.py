@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+import jax
 import numpy as np
 
 from codesign.calibration._dataset import build_dataset, make_splits, source_weights
@@ -188,6 +189,7 @@ def run_validation(
                 "before_s": float(before[i]),
                 "excluded": p["excluded"],
                 "moe": bool(float(p["config"].model.moe_experts) > 0),
+                "mapping": mapping_fingerprint(p["config"]),
             }
             for i, p in enumerate(points)
         ],
@@ -259,6 +261,7 @@ ABLATION_SETS = {
         DEFAULT_PARAMS,
         {"dp_overlap_slowdown": "generation+stack"},
     ),
+    "chosen without dp_comm_eff": (tuple(p for p in DEFAULT_PARAMS if p != "dp_comm_eff"), {}),
     "per stack, dp_overlap_eff shared": (
         _PER_STACK,
         _shared_grouped({"dp_overlap_eff": "shared"}),
@@ -383,12 +386,24 @@ def ablation_summary(ablation: dict) -> dict:
     }
 
 
+def mapping_fingerprint(cfg) -> str:
+    """Short hash of a row's mapped run: every leaf and the tree structure (static fields
+    included) of its specs.  Two points with the same hash were evaluated as the same run, so
+    a change of the row -> run mapping (a recipe fact, a corrected page value) shows."""
+    leaves, treedef = jax.tree_util.tree_flatten(cfg.specs())
+    values = [np.round(np.asarray(x, dtype=float), 9).tolist() for x in leaves]
+    return hashlib.sha256(json.dumps([str(treedef), values]).encode()).hexdigest()[:12]
+
+
 def data_fingerprint(res: dict) -> str:
-    """``"<n> fitted rows, <sha256 prefix>"`` of a validation result's fittable rows (their ids
-    and measured step times): two results with the same fingerprint were fitted on the same
-    data, so a stored ablation can be checked against the data of the report that reuses it."""
+    """``"<n> fitted rows, <sha256 prefix>"`` of a validation result's fittable rows (their ids,
+    measured step times and mapped runs, :func:`mapping_fingerprint`): two results with the same
+    fingerprint were fitted on the same data, so a stored ablation can be checked against the
+    data of the report that reuses it."""
     fit = sorted(
-        (p["id"], round(float(p["measured_s"]), 6)) for p in res["points"] if not p.get("excluded")
+        (p["id"], round(float(p["measured_s"]), 6), p.get("mapping", ""))
+        for p in res["points"]
+        if not p.get("excluded")
     )
     digest = hashlib.sha256(json.dumps(fit).encode()).hexdigest()[:16]
     return f"{len(fit)} fitted rows, {digest}"
