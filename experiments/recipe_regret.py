@@ -68,6 +68,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import codesign as cd
+from codesign.calibration._bridge import bridge_key
 from codesign.calibration._rows import (
     calibrated_row_config,
     load_all_rows,
@@ -85,7 +86,14 @@ CHUNK = 4096
 EXTERNAL = Path(__file__).resolve().parent / "data" / "megatron_bridge_2026_external.json"
 """Later Megatron-Bridge releases (the external test set, never fitted): read only to show what
 NVIDIA's own later recipes ran for the rows above the target."""
-LATER_KEYS = (("tp", "tp"), ("pp", "pp"), ("virtual_pp", "interleave"), ("cp", "cp"), ("ep", "ep"))
+LATER_KEYS = (
+    ("tp", "tp", "tp"),
+    ("pp", "pp", "pp"),
+    ("virtual_pp", "interleave", "vp"),
+    ("cp", "cp", "cp"),
+    ("ep", "ep", "ep"),
+)
+"""(page column, strategy key, label) of the layout a later release is compared on."""
 STRUCT = ("tp", "pp", "cp", "ep", "etp", "microbatch", "interleave")
 LAYOUT = ("pp_first_layers", "pp_last_layers", "pp_embedding_in_split", "pp_loss_in_split")
 DEFAULT_MODULES = np.array([1.0, 0, 0, 0, 0, 0])  # Megatron's default: the attention core only
@@ -364,43 +372,34 @@ def best_config(cfg, d: dict):
 # ---------------------------------------------------------------------------- later releases
 
 
-def _system(row_id: str) -> str:
-    """``"DGX-B200"`` of ``"mbridge_25.11_DGX-B200_GPT_OSS_120B_64gpu_BF16"``."""
-    return row_id.split("_")[2]
-
-
 def later_releases(row: dict, rec: dict, best: dict | None, external: list[dict]) -> list[dict]:
-    """The external set's runs of the row's model on the same system and GPU count (later
-    releases), each with its layout, measured tokens/s per GPU, that speed relative to the
-    row's, and which of the best layout's changes (tp, pp, interleave, cp, ep; ``rec`` is the
-    recipe as mapped) it adopted."""
+    """The external set's runs of the row's model on the same system (:func:`bridge_key`) and
+    GPU count (later releases), each with its layout, measured tokens/s per GPU, that speed
+    relative to the row's, and which of the best layout's changes (tp, pp, interleave, cp, ep;
+    ``rec`` is the recipe as mapped) it adopted."""
+    model, gpu, _, _ = bridge_key(row)
     out = []
     for x in external:
-        if (
-            x["model"]["name"] != row["model"]["name"]
-            or _system(x["id"]) != _system(row["id"])
-            or x["hardware"]["num_gpus"] != row["hardware"]["num_gpus"]
-        ):
+        key = bridge_key(x)
+        if key[:2] != (model, gpu) or x["hardware"]["num_gpus"] != row["hardware"]["num_gpus"]:
             continue
         par = x["parallel"]
-        adopted = []
-        if best is not None:
-            for page_key, key in LATER_KEYS:
-                v, mine = par.get(page_key) or 1, int(rec[key])
-                if v != mine and v == best.get(key):
-                    adopted.append(f"{key} {mine} -> {v}")
+        page = {k: par.get(col) or 1 for col, k, _ in LATER_KEYS}
+        adopted = [
+            f"{k} {int(rec[k])} -> {page[k]}"
+            for _, k, _ in LATER_KEYS
+            if best is not None and page[k] != int(rec[k]) and page[k] == best.get(k)
+        ]
+        speed = x["measured"]["tokens_per_s_per_gpu"]
         out.append(
             {
                 "id": x["id"],
-                "release": x["id"].split("_")[1],
+                "release": key[2],
                 "precision": par.get("precision"),
-                "layout": " ".join(
-                    f"{k}{par.get(k) or 1}" for k in ("tp", "pp", "virtual_pp", "cp", "ep")
-                ).replace("virtual_pp", "vp")
+                "layout": " ".join(f"{lbl}{page[k]}" for _, k, lbl in LATER_KEYS)
                 + f" mb{par.get('microbatch')} gbs{par.get('global_batch')}",
-                "tokens_per_s_per_gpu": x["measured"]["tokens_per_s_per_gpu"],
-                "speed_vs_row": x["measured"]["tokens_per_s_per_gpu"]
-                / row["measured"]["tokens_per_s_per_gpu"],
+                "tokens_per_s_per_gpu": speed,
+                "speed_vs_row": speed / row["measured"]["tokens_per_s_per_gpu"],
                 "adopts_best": adopted,
             }
         )
