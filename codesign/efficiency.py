@@ -70,13 +70,14 @@ class Efficiency:
     global-norm gradient clipping reads the gradients once more (4): 34 (a count)."""
     dp_comm_eff: float = 1.0
     """Fraction of each tier's achieved collective bandwidth (``Tier.efficiency``) that the
-    data-parallel and ZeRO reduce-scatters, all-gathers and all-reduces reach.  1 (the class
-    default): the same as any other collective; calibrated per software stack (the calibration
-    starts at 0.9).  A separate value because the data-parallel collectives run while the
-    backward and forward kernels, pipeline sends and expert all-to-alls share the same links,
-    SMs and HBM, which a bandwidth measured alone (``nccl-tests``) does not see; the
-    Megatron-Bridge 2025 rows put it near 0.4 for that stack (the report gives the range over
-    splits), Composer's near 0.8, the other stacks' rows near 0.9-1."""
+    data-parallel and ZeRO reduce-scatters, all-gathers and all-reduces reach.  1: the same as
+    any other collective.  Not calibrated: fitted per software stack, the mean held-out error
+    was 3.63 %, against 3.56 % without it (better on 8 of 10 random splits; the ablation in
+    ``experiments/results/validation.md``); the Megatron-Bridge value ranged 0.42-0.84 over the
+    splits, set by a few rows whose data-parallel time ``dp_overlap_slowdown`` (the compute
+    slowed by hidden DP traffic) prices as well.  A field for a user who measured their DP collectives under load (they share
+    links, SMs and HBM with the backward kernels, pipeline sends and expert all-to-alls, which
+    a bandwidth measured alone by ``nccl-tests`` does not see)."""
     dp_overlap_eff: float = 0.8
     """Fraction of the overlap window that hides data-parallel communication.  Estimate;
     calibrated (one value for every stack, near 0.93; what hiding costs the compute is

@@ -201,7 +201,13 @@ def run_validation(
     }
 
 
-_BEFORE_SLOWDOWN = tuple(p for p in DEFAULT_PARAMS if p != "dp_overlap_slowdown")
+_AFTER_DP_OVERLAP = DEFAULT_PARAMS.index("dp_overlap_eff") + 1
+_WITH_DP_COMM = (
+    DEFAULT_PARAMS[:_AFTER_DP_OVERLAP] + ("dp_comm_eff",) + DEFAULT_PARAMS[_AFTER_DP_OVERLAP:]
+)
+"""The set shipped until 2026-12-05, which fitted ``dp_comm_eff`` per software stack as well:
+every candidate up to the one that dropped it builds on it."""
+_BEFORE_SLOWDOWN = tuple(p for p in _WITH_DP_COMM if p != "dp_overlap_slowdown")
 _BEFORE_FLEX = tuple(p for p in _BEFORE_SLOWDOWN if p not in FLEX_RATIOS)
 _PER_STACK = tuple(p for p in _BEFORE_FLEX if p != "dp_comm_eff")
 _WITH_RECOMPUTE = _PER_STACK + ("recompute_factor",)
@@ -252,16 +258,16 @@ ABLATION_SETS = {
     ),
     "+ grouped_gemm_eff per stack": (_BEFORE_SLOWDOWN, _DP_PER_STACK),
     "+ dp_overlap_slowdown shared": (
-        DEFAULT_PARAMS,
+        _WITH_DP_COMM,
         {**_DP_PER_STACK, "dp_overlap_slowdown": "shared"},
     ),
-    "+ dp_overlap_slowdown per stack": (DEFAULT_PARAMS, _DP_PER_STACK),
-    "+ dp_overlap_slowdown per stack, dp_overlap_eff shared (chosen)": (DEFAULT_PARAMS, {}),
-    "chosen, dp_overlap_slowdown per generation and stack": (
-        DEFAULT_PARAMS,
+    "+ dp_overlap_slowdown per stack": (_WITH_DP_COMM, _DP_PER_STACK),
+    "+ dp_overlap_slowdown per stack, dp_overlap_eff shared": (_WITH_DP_COMM, {}),
+    "+ dp_overlap_slowdown per generation and stack, dp_overlap_eff shared": (
+        _WITH_DP_COMM,
         {"dp_overlap_slowdown": "generation+stack"},
     ),
-    "chosen without dp_comm_eff": (tuple(p for p in DEFAULT_PARAMS if p != "dp_comm_eff"), {}),
+    "- dp_comm_eff (chosen)": (DEFAULT_PARAMS, {}),
     "per stack, dp_overlap_eff shared": (
         _PER_STACK,
         _shared_grouped({"dp_overlap_eff": "shared"}),
