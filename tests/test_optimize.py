@@ -342,3 +342,95 @@ def test_stalled_search_polishes_the_bandwidths_of_near_scanned_layouts(monkeypa
     ex = _exhaustive(pb)
     assert res.exact_objective == pytest.approx(float(ex.best_values[0]), rel=1e-9)
     assert ev.keys([best])[0][1] == pytest.approx(float(ex.best_values[0]), rel=1e-12)
+
+
+_THREE_TIER_PINNED = dict(
+    gemm_max=0.7849,
+    gemm_half_dim=335.5,
+    attention_eff=0.9048,
+    hbm_eff=0.6104,
+    dp_comm_eff=1.0,
+    dp_overlap_eff=0.8969,
+    dp_overlap_slowdown=0.04357,
+    tp_overlap_eff=0.1949,
+    cp_step_overhead_us=97.7,
+    p2p_overlap_eff=0.07071,
+    backward_factor=1.837,
+)
+"""The H100 preset's dense values of 2026-12-05 (the set without ``dp_comm_eff``), and its tier
+efficiencies (:data:`_THREE_TIER_TIERS`), pinned so that the scenario below stays whatever
+later calibrations do."""
+_THREE_TIER_TIERS = (0.9575, 0.8836, 1.0)
+
+
+@pytest.mark.slow
+def test_stalled_search_scans_the_bandwidths_of_its_own_layout():
+    """The benchmark's scaling grid of ``llama3-70b-codesign-3tier`` at 5.5e6 points (NVLink
+    225 or 900 GB/s, 16 scale-out and 16 cross-building values; 100 M$ cap): seed 0 stalled at
+    3,072 H100, tp 4, pp 1, ZeRO-2 on 225 / 57 / 2.5 GB/s, 3.4 % above the optimum, which is the
+    same layout on 900 / 38 / 1.6 GB/s: faster NVLink paid for by slower scale-out and
+    cross-building links, a move of three bandwidths at once (one, three and two grid steps)
+    that no neighbour makes, and the whole-axis moves' scan leaves the point's own layout out.
+    Scanning its own layout too restarts the search at the better bandwidths."""
+    import codesign.search._local as local
+
+    pb0 = load_problem(PROBLEM.parent / "llama3-70b-codesign-3tier.toml")
+    cfg = pb0.cfg
+    tiers = tuple(
+        t.replace(efficiency=e) for t, e in zip(cfg.system.tiers, _THREE_TIER_TIERS, strict=True)
+    )
+    cfg = dataclasses.replace(
+        cfg,
+        efficiency=dataclasses.replace(cfg.efficiency, **_THREE_TIER_PINNED),
+        system=cfg.system.replace(tiers=tiers),
+    )
+    pb = dataclasses.replace(pb0, cfg=cfg).with_values(
+        num_accelerators=list(range(512, 4097, 256)),
+        bandwidth={
+            0: np.geomspace(225, 900, 2),
+            1: np.geomspace(12.5, 100, 16),
+            2: np.geomspace(1.5625, 50, 16),
+        },
+    )
+    ev = ExactEvaluator(pb)
+    disc = Discretizer(pb, ev)
+
+    def index(values: dict) -> tuple:
+        return tuple(ev.values[a].index(values[p]) for a, p in enumerate(ev.paths))
+
+    bw = [ev.values[ev.paths.index(f"system.tiers[{i}].bandwidth_gbps")] for i in range(3)]
+    lay_v = {
+        "system.num_accelerators": 3072.0,
+        "strategy.tp": 4.0,
+        "strategy.pp": 1.0,
+        "strategy.cp": 1.0,
+        "strategy.microbatch": 1.0,
+        "strategy.recompute": "none",
+        "strategy.zero": 2,
+    }
+
+    def at(*js):
+        return {f"system.tiers[{i}].bandwidth_gbps": bw[i][j] for i, j in enumerate(js)}
+
+    # Grid indices: stalled at 225 / 57.4 / 2.48 GB/s, the optimum at 900 / 37.9 / 1.5625.
+    stuck = index({**lay_v, **at(0, 11, 2)})
+    best = index({**lay_v, **at(1, 8, 0)})
+    ex = _exhaustive(pb)
+    assert ev.keys([best])[0][1] == pytest.approx(float(ex.best_values[0]), rel=1e-12)
+    (cur,) = ev.keys([stuck])
+    assert cur[0] == 0 and cur[1] > float(ex.best_values[0]) * 1.02
+    # Stalled there: no neighbour and no whole-axis move is better, and the scan of the moves'
+    # layouts alone gives no start on the point's own layout.
+    assert min(ev.keys(disc.neighbours(stuck, Settings().local_layouts))) >= cur
+    moves = disc.axis_moves(stuck)
+    ks = ev.keys(moves)
+    assert min(ks) >= cur
+    own = disc.layout_of(stuck)
+    starts = local._bandwidth_scan_starts(disc, moves, ks, local.STALL_LAYOUTS, below=cur)
+    assert own not in {disc.layout_of(q) for q in starts}
+    with_own = local._bandwidth_scan_starts(
+        disc, [stuck, *moves], [cur, *ks], local.STALL_LAYOUTS, below=cur
+    )
+    assert own in {disc.layout_of(q) for q in with_own}
+    res = optimize(pb, Settings(), seed=0)
+    assert res.exact_objective == pytest.approx(float(ex.best_values[0]), rel=1e-9)

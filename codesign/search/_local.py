@@ -11,9 +11,10 @@ search also tries whole-axis layout moves and, on its own layout, every other ca
 combination with the bandwidths searched again for it (a bandwidth-only search that first
 walks into the feasible set): under a capex cap, dropping recomputation pays off only once
 capacity is bought back from compute, a change no single move makes; and it restarts from
-the layouts of those whole-axis moves ranked by their best point on a coarse scan of the
-bandwidth axes (under a capex cap, a smaller cluster pays off only with the faster fabric
-its savings buy, so at the stalled point's bandwidths it ranks far down).  Infeasible points
+the layouts of those whole-axis moves, and its own, ranked by their best point on a coarse
+scan of the bandwidth axes (under a capex cap, a smaller cluster pays off only with the
+faster fabric its savings buy, so at the stalled point's bandwidths it ranks far down; and
+the own layout's best bandwidths may lie several steps away on three axes at once).  Infeasible points
 rank after feasible ones by how far they exceed memory, budget and power, so a rounding
 just over the budget walks into the feasible set.
 Only valid points count as exact evaluations (``num_exact_evals``); results are memoized.
@@ -115,14 +116,18 @@ def local_search(
                     qk = ev.keys([q])[0]
                     if better(qk, best_qk):
                         best_q, best_qk = q, qk
-                # ... and from the layouts of those moves ranked by their best point on a
-                # coarse scan of the bandwidth axes (STALL_LAYOUTS of them, where that point,
-                # or a bandwidth-only search from one scanned within SCAN_SLACK, is better
-                # than the stalled one): under a capex cap, a smaller cluster pays off only
-                # with the faster fabric its savings buy, so ranked at the point's own or the
-                # cheapest bandwidths it ranks far down (74th of 214 layouts for
-                # gpt3-175b-h100-nvlink-domain's optimum).
-                for q0 in _bandwidth_scan_starts(disc, nb, ks, STALL_LAYOUTS, cur_k):
+                # ... and from the layouts of those moves and the point's own layout, ranked
+                # by their best point on a coarse scan of the bandwidth axes (STALL_LAYOUTS of
+                # them, where that point, or a bandwidth-only search from one scanned within
+                # SCAN_SLACK, is better than the stalled one): under a capex cap, a smaller
+                # cluster pays off only with the faster fabric its savings buy, so ranked at
+                # the point's own or the cheapest bandwidths it ranks far down (74th of 214
+                # layouts for gpt3-175b-h100-nvlink-domain's optimum); and the point's own
+                # layout may pay off more on one tier and less on two others at once, a move
+                # of three bandwidths that no step makes (the benchmark's 5.5e6-point 3-tier
+                # grid: NVLink 225 -> 900 GB/s, scale-out 57 -> 38, cross-building 2.5 -> 1.6).
+                scan_pts, scan_ks = [cur, *nb], [cur_k, *ks]
+                for q0 in _bandwidth_scan_starts(disc, scan_pts, scan_ks, STALL_LAYOUTS, cur_k):
                     q, _, _ = local_search(disc, q0, k_layouts, 8, None, None, deep=False)
                     qk = ev.keys([q])[0]
                     if better(qk, best_qk):
