@@ -44,3 +44,24 @@ def test_worked_example_output_matches():
     assert m, "the worked example block is missing"
     out = _run([sys.executable, "-m", "codesign.cli", "evaluate", m.group(1)])
     assert out == m.group(2)
+
+
+def test_unmeasured_architecture_figures_match_the_presets():
+    """The set-up section's figures for an accelerator of an unmeasured architecture (a whole
+    generation held out: fitted on A100 predicting H100, and the reverse) are the ones the
+    calibrated presets store and ``codesign evaluate`` prints (``calibrated_unmeasured_error``);
+    a refit that moves them must move the README too."""
+    import tomllib
+
+    m = re.search(r"predicting H100, and the reverse: ([\d.]+) and ([\d.]+) %\)", README)
+    assert m, "the unmeasured-architecture sentence is missing"
+    presets = tomllib.loads((ROOT / "codesign" / "hardware" / "efficiency.toml").read_text())
+    stored = {
+        tuple(
+            t["calibrated_unmeasured_error"][k]["mape_pct"]
+            for k in ("train A100, test H100", "train H100, test A100")
+        )
+        for t in presets.values()
+        if isinstance(t, dict) and "calibrated_unmeasured_error" in t
+    }
+    assert stored == {(float(m.group(1)), float(m.group(2)))}
