@@ -75,9 +75,10 @@ class Efficiency:
     was 3.63 %, against 3.56 % without it (better on 8 of 10 random splits; the ablation in
     ``experiments/results/validation.md``); the Megatron-Bridge value ranged 0.42-0.84 over the
     splits, set by a few rows whose data-parallel time ``dp_overlap_slowdown`` (the compute
-    slowed by hidden DP traffic) prices as well.  A field for a user who measured their DP collectives under load (they share
-    links, SMs and HBM with the backward kernels, pipeline sends and expert all-to-alls, which
-    a bandwidth measured alone by ``nccl-tests`` does not see)."""
+    slowed by hidden DP traffic) prices as well.  A field for a user who measured their DP
+    collectives under load (they share links, SMs and HBM with the backward kernels, pipeline
+    sends and expert all-to-alls, which a bandwidth measured alone by ``nccl-tests`` does not
+    see)."""
     dp_overlap_eff: float = 0.8
     """Fraction of the overlap window that hides data-parallel communication.  Estimate;
     calibrated (one value for every stack, near 0.93; what hiding costs the compute is

@@ -163,6 +163,23 @@ def test_random_search_samples_valid_points(problem, exhaustive):
     )
 
 
+def _grid_index(ev: ExactEvaluator, values: dict) -> tuple:
+    """The grid point (one index per axis of ``ev``) with these axis values."""
+    return tuple(ev.values[a].index(values[p]) for a, p in enumerate(ev.paths))
+
+
+def _with_tier_efficiencies(pb, efficiencies, **eff_changes):
+    """``pb`` with its tiers' efficiencies (and ``eff_changes`` of its efficiency) pinned."""
+    sy = pb.cfg.system
+    tiers = tuple(t.replace(efficiency=e) for t, e in zip(sy.tiers, efficiencies, strict=True))
+    cfg = dataclasses.replace(
+        pb.cfg,
+        efficiency=dataclasses.replace(pb.cfg.efficiency, **eff_changes),
+        system=sy.replace(tiers=tiers),
+    )
+    return dataclasses.replace(pb, cfg=cfg)
+
+
 @pytest.mark.slow
 def test_stalled_search_retries_its_layout_with_other_categorical_choices():
     """Under a capex cap on a priced accelerator (``llama3-70b-accelerator-design``), the
@@ -218,11 +235,9 @@ def test_stalled_search_ranks_layouts_by_a_scan_of_the_bandwidths():
     ev = ExactEvaluator(pb)
     disc = Discretizer(pb, ev)
 
-    def index(values: dict) -> tuple:
-        return tuple(ev.values[a].index(values[p]) for a, p in enumerate(ev.paths))
-
     base = {p: v[0] for p, v in zip(ev.paths, ev.values, strict=True)}
-    stuck = index(
+    stuck = _grid_index(
+        ev,
         {
             **base,
             "system.num_accelerators": 4096,
@@ -233,7 +248,7 @@ def test_stalled_search_ranks_layouts_by_a_scan_of_the_bandwidths():
             "system.tiers[0].bandwidth_gbps": ev.values[
                 ev.paths.index("system.tiers[0].bandwidth_gbps")
             ][1],
-        }
+        },
     )
     moves = disc.axis_moves(stuck)
     ks = ev.keys(moves)
@@ -299,18 +314,10 @@ def test_stalled_search_polishes_the_bandwidths_of_near_scanned_layouts(monkeypa
     src = (PROBLEM.parent / "llama3-70b-usd-per-token.toml").read_text()
     path = tmp_path / "usd-per-token-pinned.toml"
     path.write_text(src.replace("[objective]", _USD_PER_TOKEN_PINNED + "\n[objective]", 1))
-    pb = load_problem(path)
-    sy = pb.cfg.system
-    tiers = tuple(
-        t.replace(efficiency=e) for t, e in zip(sy.tiers, _USD_PER_TOKEN_TIERS, strict=True)
-    )
-    pb = dataclasses.replace(pb, cfg=dataclasses.replace(pb.cfg, system=sy.replace(tiers=tiers)))
+    pb = _with_tier_efficiencies(load_problem(path), _USD_PER_TOKEN_TIERS)
     ev = ExactEvaluator(pb)
     disc = Discretizer(pb, ev)
     bw = ev.values[ev.paths.index("system.tiers[1].bandwidth_gbps")]
-
-    def index(values: dict) -> tuple:
-        return tuple(ev.values[a].index(values[p]) for a, p in enumerate(ev.paths))
 
     stuck_v = {
         "system.num_accelerators": 256.0,
@@ -322,9 +329,15 @@ def test_stalled_search_polishes_the_bandwidths_of_near_scanned_layouts(monkeypa
         "strategy.zero": 2,
         "system.tiers[1].bandwidth_gbps": bw[1],
     }
-    stuck = index(stuck_v)
-    best = index(
-        {**stuck_v, "strategy.pp": 1.0, "strategy.zero": 3, "system.tiers[1].bandwidth_gbps": bw[3]}
+    stuck = _grid_index(ev, stuck_v)
+    best = _grid_index(
+        ev,
+        {
+            **stuck_v,
+            "strategy.pp": 1.0,
+            "strategy.zero": 3,
+            "system.tiers[1].bandwidth_gbps": bw[3],
+        },
     )
     (cur,) = ev.keys([stuck])
     moves = disc.axis_moves(stuck)
@@ -374,17 +387,8 @@ def test_stalled_search_scans_the_bandwidths_of_its_own_layout():
     Scanning its own layout too restarts the search at the better bandwidths."""
     import codesign.search._local as local
 
-    pb0 = load_problem(PROBLEM.parent / "llama3-70b-codesign-3tier.toml")
-    cfg = pb0.cfg
-    tiers = tuple(
-        t.replace(efficiency=e) for t, e in zip(cfg.system.tiers, _THREE_TIER_TIERS, strict=True)
-    )
-    cfg = dataclasses.replace(
-        cfg,
-        efficiency=dataclasses.replace(cfg.efficiency, **_THREE_TIER_PINNED),
-        system=cfg.system.replace(tiers=tiers),
-    )
-    pb = dataclasses.replace(pb0, cfg=cfg).with_values(
+    pb = load_problem(PROBLEM.parent / "llama3-70b-codesign-3tier.toml")
+    pb = _with_tier_efficiencies(pb, _THREE_TIER_TIERS, **_THREE_TIER_PINNED).with_values(
         num_accelerators=list(range(512, 4097, 256)),
         bandwidth={
             0: np.geomspace(225, 900, 2),
@@ -394,9 +398,6 @@ def test_stalled_search_scans_the_bandwidths_of_its_own_layout():
     )
     ev = ExactEvaluator(pb)
     disc = Discretizer(pb, ev)
-
-    def index(values: dict) -> tuple:
-        return tuple(ev.values[a].index(values[p]) for a, p in enumerate(ev.paths))
 
     bw = [ev.values[ev.paths.index(f"system.tiers[{i}].bandwidth_gbps")] for i in range(3)]
     lay_v = {
@@ -413,8 +414,8 @@ def test_stalled_search_scans_the_bandwidths_of_its_own_layout():
         return {f"system.tiers[{i}].bandwidth_gbps": bw[i][j] for i, j in enumerate(js)}
 
     # Grid indices: stalled at 225 / 57.4 / 2.48 GB/s, the optimum at 900 / 37.9 / 1.5625.
-    stuck = index({**lay_v, **at(0, 11, 2)})
-    best = index({**lay_v, **at(1, 8, 0)})
+    stuck = _grid_index(ev, {**lay_v, **at(0, 11, 2)})
+    best = _grid_index(ev, {**lay_v, **at(1, 8, 0)})
     ex = _exhaustive(pb)
     assert ev.keys([best])[0][1] == pytest.approx(float(ex.best_values[0]), rel=1e-12)
     (cur,) = ev.keys([stuck])

@@ -14,9 +14,9 @@ capacity is bought back from compute, a change no single move makes; and it rest
 the layouts of those whole-axis moves, and its own, ranked by their best point on a coarse
 scan of the bandwidth axes (under a capex cap, a smaller cluster pays off only with the
 faster fabric its savings buy, so at the stalled point's bandwidths it ranks far down; and
-the own layout's best bandwidths may lie several steps away on three axes at once).  Infeasible points
-rank after feasible ones by how far they exceed memory, budget and power, so a rounding
-just over the budget walks into the feasible set.
+the own layout's best bandwidths may lie several steps away on three axes at once).
+Infeasible points rank after feasible ones by how far they exceed memory, budget and power,
+so a rounding just over the budget walks into the feasible set.
 Only valid points count as exact evaluations (``num_exact_evals``); results are memoized.
 """
 
