@@ -441,7 +441,7 @@ def calibrate(
     lbfgs_steps: int = 0,
     learning_rate: float = 0.05,
     weights=None,
-    prior: float = 1e-4,
+    prior: float = 1e-5,
     clip: float = 1.0,
 ) -> Calibration:
     """Fit ``param_names`` to measured step times (weighted mean squared log error).

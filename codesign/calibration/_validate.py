@@ -75,7 +75,7 @@ def run_validation(
     splits: list[str] | None = None,
     dataset: dict | None = None,
     grouping: dict | None = None,
-    prior: float = 1e-4,
+    prior: float = 1e-5,
     progress=None,
 ) -> dict:
     """Evaluate every row before calibration, calibrate on each split, evaluate after.
@@ -329,7 +329,7 @@ def run_ablation(
     steps: int = 1500,
     seed: int = 0,
     random_splits: int = 10,
-    prior: float = 1e-4,
+    prior: float = 1e-5,
     splits: list[str] | None = None,
     sets: dict | None = None,
     processes: bool = False,

@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="number of random splits, seeds --seed, --seed + 1, ... (default 10)",
     )
     p.add_argument(
-        "--prior", type=float, default=1e-4, help="pull towards the start values (default 1e-4)"
+        "--prior", type=float, default=1e-5, help="pull towards the start values (default 1e-5)"
     )
     p.add_argument(
         "--json", action="store_true", help="print the results as JSON instead of tables"
