@@ -72,7 +72,7 @@ class Efficiency:
     """Fraction of each tier's achieved collective bandwidth (``Tier.efficiency``) that the
     data-parallel and ZeRO reduce-scatters, all-gathers and all-reduces reach.  1: the same as
     any other collective.  Not calibrated: fitted per software stack, the mean held-out error
-    was 3.63 %, against 3.56 % without it (better on 8 of 10 random splits; the ablation in
+    was 3.55 %, against 3.50 % without it (better on 8 of 10 random splits; the ablation in
     ``experiments/results/validation.md``); the Megatron-Bridge value ranged 0.42-0.84 over the
     splits, set by a few rows whose data-parallel time ``dp_overlap_slowdown`` (the compute
     slowed by hidden DP traffic) prices as well.  A field for a user who measured their DP
