@@ -64,8 +64,10 @@ STAGES = ("first", "middle", "last")
 
 
 def num_microbatches(global_batch, dp, microbatch, sm: Smoothing):
-    """Micro-batches per step per pipeline: ``ceil(B / (dp * b))``."""
-    return sm.ceil(global_batch / (dp * microbatch) - 1e-9)
+    """Micro-batches per step per pipeline: ``ceil(B / (dp * b))`` (Narayanan et al., SC21,
+    Sec. 2.2: ``m = B / (b * d)``).  The rules require ``dp * b`` to divide ``B``, so the
+    relaxed model takes the ratio itself (:meth:`Smoothing.ceil_valid`)."""
+    return sm.ceil_valid(global_batch / (dp * microbatch) - 1e-9)
 
 
 def bubble_time(pp, interleave, per_microbatch_s):

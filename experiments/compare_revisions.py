@@ -17,13 +17,14 @@ prints the figures side by side (median over the repeats):
 
 Usage:
     python experiments/compare_revisions.py --before 2468f90 [--bench evaluate codesign] [--repeats 3]
-        [--codesign-only llama3-70b-accelerator-design ...]
+        [--codesign-only llama3-70b-accelerator-design ...] [--codesign-max-grid 1.1e9]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import statistics
@@ -101,24 +102,49 @@ def compare_evaluate(before: Path, repeats: int, quick: bool) -> list[str]:
     return lines
 
 
-def _codesign_run(tree: Path, only: list[str] | None) -> dict:
-    """One ``bench_codesign.py`` run of ``tree``: ``--quick``, or the ``only`` entries."""
+def _codesign_run(tree: Path, only: list[str] | None, max_grid: float = 1e6) -> dict:
+    """One ``bench_codesign.py`` run of ``tree``: ``--quick``, or the ``only`` entries (and
+    the scaling study up to ``max_grid`` points)."""
     if not only:
         _run(tree, ["experiments/bench_codesign.py", "--quick"], 3600)
         return json.loads(
             (tree / "experiments" / "results" / "codesign_bench_quick.json").read_text()
         )
     with tempfile.TemporaryDirectory(prefix="codesign-bench-") as out:
-        args = ["--only", *only, "--no-random", "--no-cold", "--max-grid", "1e6"]
+        args = ["--only", *only, "--no-random", "--no-cold", "--max-grid", f"{max_grid:g}"]
         _run(tree, ["experiments/bench_codesign.py", *args, "--out", out], 3600)
         return json.loads((Path(out) / "codesign_bench.json").read_text())
 
 
-def compare_codesign(before: Path, repeats: int = 1, only: list[str] | None = None) -> list[str]:
+def _r(row: dict, key: str) -> str:
+    x = row.get(key)
+    return "-" if x is None or not math.isfinite(x) else f"{x:.4f}"
+
+
+def _exact(row: dict, key: str) -> bool:
+    x = row.get(key)
+    return x is not None and math.isfinite(x) and x <= 1.0 + 1e-9
+
+
+def _geo(xs) -> float:
+    xs = [float(x) for x in xs]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def _geo_off(rows: list[dict]) -> float:
+    """``exp(mean |log(relaxed / exhaustive)|)`` over the rows that have a relaxed ratio."""
+    xs = [r["relaxed_ratio"] for r in rows if r.get("relaxed_ratio") and r["relaxed_ratio"] > 0]
+    xs = [x for x in xs if math.isfinite(x)]
+    return math.exp(sum(abs(math.log(x)) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def compare_codesign(
+    before: Path, repeats: int = 1, only: list[str] | None = None, max_grid: float = 1e6
+) -> list[str]:
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     for i in range(repeats):
         for name, tree in (("before", before), ("after", ROOT)):
-            runs[name].append(_codesign_run(tree, only))
+            runs[name].append(_codesign_run(tree, only, max_grid))
             print(f"  codesign run {i + 1}/{repeats} {name}: done", file=sys.stderr, flush=True)
     res = {name: dict(rs[0]) for name, rs in runs.items()}
     for name, rs in runs.items():  # median wall times over the repeats
@@ -127,23 +153,54 @@ def compare_codesign(before: Path, repeats: int = 1, only: list[str] | None = No
             for k in ("opt_warm_s", "opt_cold_s"):
                 row[k] = statistics.median(r["suite"][j][k] for r in rs)
         res[name]["total_s"] = statistics.median(r["total_s"] for r in rs)
+        for j, row in enumerate(res[name].get("scaling", [])):
+            row = res[name]["scaling"][j] = dict(row)
+            for k in ("opt_warm_s", "ex_warm_est_s"):
+                row[k] = statistics.median(r["scaling"][j][k] for r in rs)
+            row["speedup_warm"] = row["ex_warm_est_s"] / row["opt_warm_s"]
     what = f"--only {' '.join(only)}" if only else "--quick"
     lines = [
         f"bench_codesign.py {what} (optimizer / exhaustive optimum; wall times in s, median of "
         f"{repeats} alternating run(s))",
         "",
-        "| problem | ratio before | ratio after | opt warm before | opt warm after | opt first before | opt first after | evals before | evals after |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| problem | ratio before | ratio after | rounded before | rounded after | relaxed before | relaxed after | opt warm before | opt warm after | opt first before | opt first after | evals before | evals after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     after_rows = {r["problem"]: r for r in res["after"]["suite"]}
     for rb in res["before"]["suite"]:
         ra = after_rows.get(rb["problem"], {})
         lines.append(
             f"| {rb['problem']} | {rb['ratio']:.4f} | {ra.get('ratio', float('nan')):.4f} | "
+            f"{_r(rb, 'rounded_ratio')} | {_r(ra, 'rounded_ratio')} | "
+            f"{_r(rb, 'relaxed_ratio')} | {_r(ra, 'relaxed_ratio')} | "
             f"{rb['opt_warm_s']:.2f} | {ra.get('opt_warm_s', float('nan')):.2f} | "
             f"{rb['opt_cold_s']:.2f} | {ra.get('opt_cold_s', float('nan')):.2f} | "
             f"{rb['opt_evals']:,} | {ra.get('opt_evals', 0):,} |"
         )
+    for name in ("before", "after"):
+        rows = res[name]["suite"]
+        lines.append(
+            f"\n{name}: rounded point exact on {sum(_exact(r, 'rounded_ratio') for r in rows)}"
+            f"/{len(rows)}; relaxed objective off the exhaustive optimum by a geometric mean "
+            f"factor {_geo_off(rows):.3f}; exact evaluations {sum(r['opt_evals'] for r in rows):,}"
+            f" in all (geometric mean {_geo(r['opt_evals'] for r in rows):,.0f})"
+        )
+    scal_b, scal_a = res["before"].get("scaling", []), res["after"].get("scaling", [])
+    if only and scal_b and len(scal_b) == len(scal_a):
+        lines += [
+            "",
+            "Scaling study (warm optimizer against the warm exhaustive sweep, same grids)",
+            "",
+            "| grid points | ratio before | ratio after | evals before | evals after | opt warm before | opt warm after | sweep warm before | sweep warm after | speedup before | speedup after |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for rb, ra in zip(scal_b, scal_a, strict=True):
+            lines.append(
+                f"| {rb['grid']:.3g} | {rb['ratio']:.4f} | {ra['ratio']:.4f} | "
+                f"{rb['opt_evals']:,} | {ra['opt_evals']:,} | {rb['opt_warm_s']:.2f} | "
+                f"{ra['opt_warm_s']:.2f} | {rb['ex_warm_est_s']:.1f} | {ra['ex_warm_est_s']:.1f} | "
+                f"{rb['speedup_warm']:.1f}x | {ra['speedup_warm']:.1f}x |"
+            )
     for name in ("before", "after"):
         s = res[name]["summary"]
         lines.append(
@@ -173,7 +230,15 @@ def main() -> int:
         "--codesign-only",
         nargs="+",
         metavar="SUBSTRING",
-        help="bench_codesign on these full-suite entries instead of --quick",
+        help="bench_codesign on these full-suite entries instead of --quick (an empty "
+        "string: every entry)",
+    )
+    ap.add_argument(
+        "--codesign-max-grid",
+        type=float,
+        default=1e6,
+        help="with --codesign-only, the scaling study's largest grid (default 1e6; 1.1e9: the "
+        "full study)",
     )
     ap.add_argument("--quick", action="store_true", help="bench_evaluate.py's small grids")
     ap.add_argument("--out", type=Path, help="also write the tables to this markdown file")
@@ -185,7 +250,9 @@ def main() -> int:
             lines += compare_evaluate(before, args.repeats, args.quick) + [""]
         if "codesign" in args.bench:
             repeats = args.repeats if args.codesign_only else 1
-            lines += compare_codesign(before, repeats, args.codesign_only) + [""]
+            lines += compare_codesign(
+                before, repeats, args.codesign_only, args.codesign_max_grid
+            ) + [""]
     finally:
         subprocess.run(
             ["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, capture_output=True

@@ -56,6 +56,31 @@ def test_relaxed_converges_to_exact_at_integer_points(st):
         assert err <= tau, (tau, err)
 
 
+def test_relaxed_step_is_continuous_across_a_divisor_of_the_batch():
+    """The rules make ``dp * microbatch`` divide the global batch, so the micro-batch count is
+    an integer at every valid point and the relaxed model takes ``B / (dp * b)`` itself: a
+    relaxed point a hair off a divisor must not pay a whole extra micro-batch (with the
+    straight-through ceil, ``B / (dp * b) = 2.0016`` counted 3 micro-batches: +50 % step
+    time), while the exact model keeps its ceil."""
+    import dataclasses
+
+    cfg = cd.load_run_dict({**BASE_DOC, "strategy": dict(tp=8, pp=1, dp=8, microbatch=32)})
+    m, tr, sy, st, eff = cfg.specs()
+    assert float(tr.global_batch / (st.dp * st.microbatch)) == 2.0
+    soft = Smoothing(exact=False, tau=0.01)
+    at = {}
+    for rel in (-1e-3, 0.0, 1e-3):
+        s2 = dataclasses.replace(st, dp=st.dp * (1.0 + rel))
+        at[rel] = (
+            float(_eval(m, tr, sy, s2, eff, soft).step_time_s),
+            float(_eval(m, tr, sy, s2, eff).num_microbatches),
+        )
+    assert abs(at[1e-3][0] / at[0.0][0] - 1.0) < 0.01
+    assert abs(at[-1e-3][0] / at[0.0][0] - 1.0) < 0.01
+    # The exact model between valid points still counts whole micro-batches.
+    assert at[-1e-3][1] == 3.0 and at[0.0][1] == 2.0 and at[1e-3][1] == 2.0
+
+
 def _codesign_problem():
     doc = {
         **BASE_DOC,
