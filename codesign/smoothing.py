@@ -16,8 +16,9 @@ replaces
 * ``step`` (an indicator ``x > 0`` on integer-valued ``x``) by ``clip(x, 0, 1)``, which is
   exact at integers and linear in between.
 
-As ``tau -> 0`` every smooth operation converges to its hard counterpart, which is what the
-relaxed-to-exact convergence tests check.  ``tau`` is a dynamic leaf (annealing it does not
+As ``tau -> 0`` every smooth operation converges to its hard counterpart (``ceil_valid`` is
+equal to it at every valid configuration, at any ``tau``), which is what the relaxed-to-exact
+convergence tests check at valid configurations.  ``tau`` is a dynamic leaf (annealing it does not
 recompile); ``exact`` is static (it selects code).
 
 References: Boyd & Vandenberghe, *Convex Optimization* (2004), 3.1.5 (p-norms and
