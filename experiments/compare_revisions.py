@@ -133,8 +133,7 @@ def _geo(xs) -> float:
 
 def _geo_off(rows: list[dict]) -> float:
     """``exp(mean |log(relaxed / exhaustive)|)`` over the rows that have a relaxed ratio."""
-    xs = [r["relaxed_ratio"] for r in rows if r.get("relaxed_ratio") and r["relaxed_ratio"] > 0]
-    xs = [x for x in xs if math.isfinite(x)]
+    xs = [x for r in rows if (x := r.get("relaxed_ratio")) and 0 < x < math.inf]
     return math.exp(sum(abs(math.log(x)) for x in xs) / len(xs)) if xs else float("nan")
 
 
@@ -148,15 +147,17 @@ def compare_codesign(
             print(f"  codesign run {i + 1}/{repeats} {name}: done", file=sys.stderr, flush=True)
     res = {name: dict(rs[0]) for name, rs in runs.items()}
     for name, rs in runs.items():  # median wall times over the repeats
-        for j, row in enumerate(res[name]["suite"]):
-            row = res[name]["suite"][j] = dict(row)
-            for k in ("opt_warm_s", "opt_cold_s"):
-                row[k] = statistics.median(r["suite"][j][k] for r in rs)
+        medians = {
+            "suite": ("opt_warm_s", "opt_cold_s"),
+            "scaling": ("opt_warm_s", "ex_warm_est_s"),
+        }
+        for part, keys in medians.items():
+            res[name][part] = [
+                {**row, **{k: statistics.median(r[part][j][k] for r in rs) for k in keys}}
+                for j, row in enumerate(res[name].get(part, []))
+            ]
         res[name]["total_s"] = statistics.median(r["total_s"] for r in rs)
-        for j, row in enumerate(res[name].get("scaling", [])):
-            row = res[name]["scaling"][j] = dict(row)
-            for k in ("opt_warm_s", "ex_warm_est_s"):
-                row[k] = statistics.median(r["scaling"][j][k] for r in rs)
+        for row in res[name]["scaling"]:
             row["speedup_warm"] = row["ex_warm_est_s"] / row["opt_warm_s"]
     what = f"--only {' '.join(only)}" if only else "--quick"
     lines = [
@@ -177,14 +178,6 @@ def compare_codesign(
             f"{rb['opt_cold_s']:.2f} | {ra.get('opt_cold_s', float('nan')):.2f} | "
             f"{rb['opt_evals']:,} | {ra.get('opt_evals', 0):,} |"
         )
-    for name in ("before", "after"):
-        rows = res[name]["suite"]
-        lines.append(
-            f"\n{name}: rounded point exact on {sum(_exact(r, 'rounded_ratio') for r in rows)}"
-            f"/{len(rows)}; relaxed objective off the exhaustive optimum by a geometric mean "
-            f"factor {_geo_off(rows):.3f}; exact evaluations {sum(r['opt_evals'] for r in rows):,}"
-            f" in all (geometric mean {_geo(r['opt_evals'] for r in rows):,.0f})"
-        )
     scal_b, scal_a = res["before"].get("scaling", []), res["after"].get("scaling", [])
     if only and scal_b and len(scal_b) == len(scal_a):
         lines += [
@@ -202,10 +195,14 @@ def compare_codesign(
                 f"{rb['speedup_warm']:.1f}x | {ra['speedup_warm']:.1f}x |"
             )
     for name in ("before", "after"):
-        s = res[name]["summary"]
+        s, rows = res[name]["summary"], res[name]["suite"]
         lines.append(
             f"\n{name}: within 1 % {int(s['within_1pct'])}/{s['n']}, worst {s['worst_ratio']:.4f}, "
             f"not worse than random {int(s['not_worse_than_random'])}/{s['n']}; "
+            f"rounded point exact on {sum(_exact(r, 'rounded_ratio') for r in rows)}/{len(rows)}; "
+            f"relaxed objective off the exhaustive optimum by a geometric mean factor "
+            f"{_geo_off(rows):.3f}; exact evaluations {sum(r['opt_evals'] for r in rows):,} in "
+            f"all (geometric mean {_geo(r['opt_evals'] for r in rows):,.0f}); "
             f"total {res[name]['total_s']:.0f} s"
         )
     return lines
