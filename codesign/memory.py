@@ -53,7 +53,9 @@ Context parallelism splits the sequence.
 parameter of 16-bit weights (``Training.weight_copy_bytes``: 0 under PyTorch FSDP mixed
 precision, whose fp32 parameters are the master weights) plus, in FP8/FP4 training, the
 cached quantized weights (:data:`WEIGHT_CACHE_BYTES`), ``grad_bytes`` of gradients (4: Megatron's fp32 main grads,
-the default; 2 when gradients are kept and reduced in bf16, as ZeRO's paper counts), and 12 of optimizer state (fp32 master weights, Adam m and v); ZeRO-1 shards
+the default; 2 when gradients are kept and reduced in bf16, as ZeRO's paper counts), and
+``optimizer_state_bytes`` of optimizer state (12: fp32 master weights, Adam m and v; 8 with
+bf16 moments, Megatron-Core's precision-aware optimizer); ZeRO-1 shards
 the optimizer state over the data-parallel group, ZeRO-2 also the gradients and ZeRO-3
 also the weights.  Expert parameters shard over the expert-data-parallel group
 (``dp cp / ep``).
@@ -229,6 +231,7 @@ def stage_memory_bytes(
     precision: str = "bf16",
     act: dict | None = None,
     weight_copy_bytes=2.0,
+    optimizer_state_bytes=12.0,
 ) -> dict:
     """Bytes per accelerator by term on one pipeline stage.
 
@@ -250,7 +253,11 @@ def stage_memory_bytes(
     weights = weight_copy_bytes * sharded(pd, pe, shard_w, st)
     weights = weights + cache * sharded(layer_dense, pe, shard_w, st)
     grads = grad_bytes * sharded(pd, pe, frac["gradients"], st)
-    optimizer = 12.0 * sharded(pd, pe, frac["optimizer"], st) * (1.0 - st.offload_optimizer)
+    optimizer = (
+        optimizer_state_bytes
+        * sharded(pd, pe, frac["optimizer"], st)
+        * (1.0 - st.offload_optimizer)
+    )
 
     if act is None:
         act = layer_activation_bytes(model, st, precision)

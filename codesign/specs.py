@@ -159,6 +159,13 @@ class Training:
     while a layer runs: PyTorch FSDP with ``MixedPrecision(param_dtype=bf16)`` casts the
     gathered shard per unit and frees it (Zhao et al. 2023, "PyTorch FSDP", arXiv:2304.11277,
     Sec. 3.4), and ``torch.autocast`` casts per operation (MosaicML llm-foundry / Composer)."""
+    optimizer_state_bytes: float = 12.0
+    """Bytes of optimizer state per parameter, sharded by ZeRO: Adam's fp32 master weights and
+    its two moments, 4 + 4 + 4 = 12 (Rajbhandari et al. 2020, Sec. 3.1: ``K = 12``).
+    Megatron-Core's precision-aware optimizer (``use_precision_aware_optimizer`` with
+    ``exp_avg_dtype = exp_avg_sq_dtype = bfloat16``) keeps the moments in bf16: 4 + 2 + 2 = 8,
+    as Megatron-Bridge's DeepSeek-V3 and Moonlight recipes run (``recipes/deepseek/
+    deepseek_v3.py``)."""
     outer_tokens_factor: float = 1.0
     """Tokens to train with reduced-frequency synchronization (``Strategy.outer_sync_interval``
     > 1) over those of synchronous training: the convergence penalty of DiLoCo-style
@@ -519,6 +526,7 @@ def check_training(training: Training) -> None:
     positive("training.tokens", training.tokens, allow_zero=True)
     positive("training.grad_reduce_bytes", training.grad_reduce_bytes)
     positive("training.weight_copy_bytes", training.weight_copy_bytes, allow_zero=True)
+    positive("training.optimizer_state_bytes", training.optimizer_state_bytes, allow_zero=True)
     positive("training.outer_tokens_factor", training.outer_tokens_factor)
     if training.precision not in PRECISIONS:
         raise SpecError("training.precision", training.precision, f"one of {list(PRECISIONS)}")

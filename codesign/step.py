@@ -419,6 +419,7 @@ def evaluate_unchecked(
             precision,
             act,
             weight_copy_bytes=training.weight_copy_bytes,
+            optimizer_state_bytes=training.optimizer_state_bytes,
         )
         for (idx, n, _, _, out), sp in zip(stages, sparams, strict=True)
     ]

@@ -24,7 +24,7 @@ MODEL_KEYS = {
     "moe_shared_experts", "moe_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
     "qk_nope_head_dim", "v_head_dim", "attention_window", "window_layers",
 }  # fmt: skip
-TRAINING_KEYS = {"global_batch", "precision", "grad_reduce_bytes"}
+TRAINING_KEYS = {"global_batch", "precision", "grad_reduce_bytes", "optimizer_state_bytes"}
 STRATEGY_KEYS = {
     "tp", "pp", "dp", "cp", "ep", "etp", "microbatch", "interleave", "sequence_parallel",
     "recompute", "recompute_modules", "recompute_fraction", "recompute_num_layers", "zero",

@@ -269,6 +269,10 @@ BAD_MORE = {
         good().replace("global_batch = 512", "global_batch = 512\ngrad_reduce_bytes = -4"),
         "training.grad_reduce_bytes",
     ),
+    "optimizer_state_bytes_negative": (
+        good().replace("global_batch = 512", "global_batch = 512\noptimizer_state_bytes = -8"),
+        "training.optimizer_state_bytes",
+    ),
     "efficiency_gemm_max_zero": (good() + "\n[efficiency]\ngemm_max = 0\n", "efficiency.gemm_max"),
     "efficiency_hbm_eff_nan": (good() + "\n[efficiency]\nhbm_eff = nan\n", "efficiency.hbm_eff"),
     "efficiency_overlap_above_one": (

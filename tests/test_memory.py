@@ -170,6 +170,47 @@ def test_fsdp_keeps_no_16_bit_weight_copy(zero):
     assert float(r_b.memory_gb["weights"]) == 0.0 < float(r_a.memory_gb["weights"])
 
 
+@pytest.mark.parametrize("zero", [1, 3])
+def test_bf16_adam_moments_hold_8_bytes_of_optimizer_state(zero):
+    """Megatron-Core's precision-aware optimizer with bf16 moments (Megatron-Bridge's
+    DeepSeek-V3 recipe: fp32 main params 4 + exp_avg 2 + exp_avg_sq 2 bytes) against Adam's
+    12 (Rajbhandari et al. 2020, Sec. 3.1): the optimizer term is 8/12 of it, sharded the same
+    way (dense over dp cp = 8, experts over their expert-data-parallel group dp cp / ep = 2),
+    and nothing else moves; end to end the step time does not change."""
+    m = gpt()
+    st = make_strategy(tp=2, pp=4, dp=8, ep=4, zero=zero)
+    pd, pe = 3.0e9, 1.0e9
+    kw = dict(model=m, strategy=st, eff=cd.Efficiency(), params_local={"dense": pd, "expert": pe})
+    a = memory.stage_memory_bytes(num_microbatches=16.0, sm=EXACT, **kw)
+    b = memory.stage_memory_bytes(num_microbatches=16.0, sm=EXACT, optimizer_state_bytes=8.0, **kw)
+    assert close(a["optimizer"], 12.0 * (pd / 8 + pe / 2))
+    assert close(b["optimizer"], 8.0 * (pd / 8 + pe / 2))
+    assert close(a["total"] - b["total"], a["optimizer"] - b["optimizer"])
+    model, training, system, strategy, eff = example_config().specs()
+    r_a = cd.evaluate(model, training, system, strategy, eff)
+    r_b = cd.evaluate(model, training.replace(optimizer_state_bytes=8.0), system, strategy, eff)
+    assert float(r_b.step_time_s) == float(r_a.step_time_s)
+    assert close(float(r_b.memory_gb["optimizer"]), float(r_a.memory_gb["optimizer"]) * 8 / 12)
+
+
+def test_deepseek_v3_bridge_rows_carry_bf16_moments():
+    """The fitted DeepSeek-V3 Megatron-Bridge rows map to 8 bytes of optimizer state (their
+    recipe's precision-aware optimizer), every other Bridge row to Adam's 12."""
+    from codesign.calibration._rows import load_all_rows, row_to_config
+
+    seen = set()
+    for row in load_all_rows():
+        if not row["id"].startswith("mbridge_"):
+            continue
+        cfg, _ = row_to_config(row)
+        if cfg is None:
+            continue
+        want = 8.0 if "DeepSeekV3" in row["id"] else 12.0
+        assert float(cfg.training.optimizer_state_bytes) == want, row["id"]
+        seen.add(want)
+    assert seen == {8.0, 12.0}
+
+
 @pytest.mark.parametrize("pp,v,n_mb", [(1, 1, 8), (4, 1, 32), (4, 1, 2), (8, 3, 64), (4, 2, 4)])
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 def test_pipeline_activations_and_buffers(pp, v, n_mb, recompute):

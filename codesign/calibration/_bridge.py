@@ -313,6 +313,7 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
         "global_batch": int(par["global_batch"]),
         "precision": precision,
         "grad_reduce_bytes": float(val.get("grad_reduce_bytes", 2.0)),
+        "optimizer_state_bytes": float(val.get("optimizer_state_bytes", 12.0)),
     }
     nvl = int(hw.get("nvlink_domain", 8))
     up = max(d for d in range(1, min(nvl, n) + 1) if n % d == 0)

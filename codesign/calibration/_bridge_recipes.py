@@ -122,10 +122,20 @@ def deepseek_stage_layers(pp: int, vp: int) -> tuple[int, int, str]:
     return first, last, how
 
 
+def _dsv3_optimizer(recipe: str) -> dict:
+    """Megatron-Bridge's DeepSeek-V3 recipe keeps Adam's moments in bf16 (both releases)."""
+    return _f(
+        8.0,
+        f"{recipe}: use_precision_aware_optimizer True, main_params_dtype float32, "
+        "exp_avg_dtype = exp_avg_sq_dtype = bfloat16 (4 + 2 + 2 bytes per parameter)",
+    )
+
+
 def _ds09(gpu: str) -> dict:
     h100 = gpu == "h100"
     mods = ["mla_up_proj", "mlp"] if h100 else ["mla_up_proj"]
     return {
+        "optimizer_state_bytes": _dsv3_optimizer(DSV3_RECIPE09),
         "grad_reduce_bytes": _f(
             2.0, f"{_yaml09('deepseek/deepseek_v3')}: grad_reduce_in_fp32 false"
         ),
@@ -170,6 +180,7 @@ def _ds11(gpu: str) -> dict:
     backend = {"gb300": "hybridep", "gb200": "hybridep", "b200": None, "h100": "deepep"}[gpu]
     src = _base11("deepseek")
     return {
+        "optimizer_state_bytes": _dsv3_optimizer(DSV3_RECIPE11),
         "grad_reduce_bytes": _f(2.0, f"{_pre11('deepseek')}: ddp.grad_reduce_in_fp32 False"),
         "recompute": _f("selective", f"{_pre11('deepseek')}: recompute_granularity selective"),
         "recompute_modules": _f(

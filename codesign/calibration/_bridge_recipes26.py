@@ -175,6 +175,11 @@ def _ds(c: str, gpu: str, cfg: str, deg: str, mods, backend, a2a: bool, layout: 
     return {
         **_moe(c, base, name, pre, grad, disp, deg, mods=mods, backend=backend, a2a=a2a, fi=fi),
         "etp": _f(1, f"{base}: expert_tensor_parallel_size 1" if c != NEW else f"{lib}: etp 1"),
+        "optimizer_state_bytes": _f(
+            8.0,
+            f"{pre if c == NEW else lib}: use_precision_aware_optimizer True, exp_avg_dtype = "
+            "exp_avg_sq_dtype = bfloat16 (4 + 2 + 2 bytes per parameter)",
+        ),
         "overlap_tp": _f(False, f"{lib}: CommOverlapConfig(tp_comm_overlap=False); tp 1"),
         "mtp_layers": _f("row", f"{lib}: mtp_num_layers 1; the page variant is taken from the row"),
         "layout": _f("recipe", f"{base}: {layout}"),
