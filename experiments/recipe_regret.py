@@ -268,10 +268,12 @@ def _decode(i: int, nr: int, no: int, nz: int) -> tuple:
     return s_i, r_i, o_i, z_i
 
 
-def sweep_row(cfg, vals, chunk: int = CHUNK):
+def sweep_row(cfg, vals, chunk: int = CHUNK, memory_scale: float = 1.0):
     """Exhaustive sweep around ``cfg``: the best valid, fitting point, the best with the recipe's
     recompute/offload/ZeRO kept (``layout``) and with its offload kept (``keep_offload``), the
-    grid's value at the recipe point, and counts."""
+    grid's value at the recipe point, and counts.  ``memory_scale`` multiplies the modelled
+    memory above the fixed ``memory_overhead_gb`` before the fit test (1: the model as is; used
+    by ``external_memory.py`` to ask what a measured memory error does to the best layout)."""
     struct = structural_points(cfg, vals)
     rcs, offs, zeros = vals["recompute"], vals["offload"], vals["zero"]
     nr, no, nz = len(rcs), len(offs), len(zeros)
@@ -300,9 +302,13 @@ def sweep_row(cfg, vals, chunk: int = CHUNK):
         cols["recompute_fraction"] = jnp.asarray(rc_frac[r_i])
         cols["offload_activations"] = jnp.asarray(off_arr[o_i])
         cols["zero"] = jnp.asarray(z_onehot[z_i])
-        t, ok, fits, _ = jax.device_get(_eval_chunk(base, cols))
+        t, ok, fits, mem = jax.device_get(_eval_chunk(base, cols))
         n = min(chunk, total - start)
         t, ok, fits = np.asarray(t)[:n], np.asarray(ok)[:n], np.asarray(fits)[:n]
+        if memory_scale != 1.0:
+            fixed = _f(cfg.efficiency.memory_overhead_gb)
+            scaled = (np.asarray(mem)[:n] - fixed) * memory_scale + fixed
+            fits = scaled <= _f(cfg.system.accelerator.hbm_gb)
         r_i, o_i, z_i = r_i[:n], o_i[:n], z_i[:n]
         good = ok & fits & np.isfinite(t)
         n_valid += int(ok.sum())

@@ -43,3 +43,27 @@ def test_later_releases_match_model_system_and_size_and_name_adopted_changes():
     assert got[0]["layout"] == "tp1 pp1 vp1 cp1 ep64 mb4 gbs512"
     # no best layout (the recipe is the best): nothing is adopted
     assert all(not g["adopts_best"] for g in rr.later_releases(row, rec, None, external))
+
+
+def test_memory_scale_only_removes_points_and_is_the_model_at_one():
+    """``sweep_row(memory_scale=k)`` scales the modelled memory above the fixed overhead before
+    the fit test: at 1 it is the plain sweep, above 1 it can only drop points (a slower or equal
+    best), and a huge scale leaves nothing that fits."""
+    import argparse
+
+    from codesign.calibration._rows import load_all_rows
+
+    row = next(
+        r for r in load_all_rows() if r["id"] == "mbridge_25.11_DGX-B200_LLAMA3_8B_8gpu_FP8-CS"
+    )
+    cfg, _ = rr.recipe_config(row, True)
+    args = argparse.Namespace(max_tp=8, max_pp=4, max_cp=2, max_etp=1)
+    vals = rr.grid_values(cfg, args)
+    plain = rr.sweep_row(cfg, vals)
+    same = rr.sweep_row(cfg, vals, memory_scale=1.0)
+    tight = rr.sweep_row(cfg, vals, memory_scale=1.5)
+    none = rr.sweep_row(cfg, vals, memory_scale=1e6)
+    assert same["t_best"] == plain["t_best"] and same["feasible"] == plain["feasible"]
+    assert 0 < tight["feasible"] < plain["feasible"]
+    assert tight["t_best"] >= plain["t_best"]
+    assert none["feasible"] == 0 and none["best"] is None

@@ -373,9 +373,11 @@ def _contradicted(res: dict) -> ContradictionFinding | None:
 def _memory_sentence() -> str:
     return (
         "Memory: no row of the data set publishes memory use, so the "
-        f"{MEMORY_TARGET_PCT:g} % memory target cannot be checked; the model says a few rows "
+        f"{MEMORY_TARGET_PCT:g} % memory target cannot be checked on it; the model says a few rows "
         "that ran do not fit (see validation_first_cut.md), a hint that memory is over-estimated "
-        "for them."
+        "for them.  Runs published elsewhere with their peak allocated memory are an external "
+        "check, never fitted: experiments/external_memory.py, results in "
+        "experiments/results/external_memory.md."
     )
 
 
