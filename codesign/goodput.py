@@ -76,6 +76,8 @@ __all__ = [
     "BLAST_RADII",
     "PLATFORM_FIELDS",
     "CHECKPOINT_BYTES_PER_PARAM",
+    "CHECKPOINT_WEIGHT_BYTES",
+    "checkpoint_size_bytes",
     "reliability_preset",
     "reliability_presets",
     "failure_rate_per_s",
@@ -103,9 +105,17 @@ PLATFORM_FIELDS = (
 host size, repair wait and blast unit): a ``system.platform`` axis of a search carries them,
 each platform with its own run file's values; the rest (storage, interval, restart, spares,
 prices) are the problem's."""
-CHECKPOINT_BYTES_PER_PARAM = 14.0
+CHECKPOINT_WEIGHT_BYTES = 2.0
+"""bf16 weights per parameter in a checkpoint, beside the optimizer state
+(``Training.optimizer_state_bytes``: 12 for fp32 master weights and Adam's two moments)."""
+CHECKPOINT_BYTES_PER_PARAM = CHECKPOINT_WEIGHT_BYTES + 12.0
 """bf16 weights (2) plus fp32 master weights and Adam's two moments (12): the memory model's
-weight and optimizer terms per parameter, unsharded."""
+weight and optimizer terms per parameter, unsharded, at the default optimizer state."""
+
+
+def checkpoint_size_bytes(total_params, optimizer_state_bytes=12.0):
+    """Bytes of one checkpoint: the weights and the optimizer state of every parameter."""
+    return (CHECKPOINT_WEIGHT_BYTES + optimizer_state_bytes) * total_params
 
 
 @struct.dataclass(kw_only=True)

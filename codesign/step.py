@@ -41,7 +41,7 @@ from flax import struct
 from codesign import collectives as coll
 from codesign import compute, memory, pipeline, workload
 from codesign.cost import cluster_cost
-from codesign.goodput import CHECKPOINT_BYTES_PER_PARAM
+from codesign.goodput import checkpoint_size_bytes
 from codesign.rules import check_all, data_parallel_groups, expert_tp, sharded, zero_fractions
 from codesign.smoothing import EXACT, Smoothing, safe_div
 from codesign.specs import Efficiency, Model, Strategy, System, Training
@@ -448,7 +448,7 @@ def evaluate_unchecked(
     denom = step_time * sy.num_accelerators * compute.peak_flops(sy, precision)
     tokens_total = tokens_to_train(training, st, sm)
     totals = workload.total_params(m)
-    ckpt_bytes = CHECKPOINT_BYTES_PER_PARAM * totals["total"]
+    ckpt_bytes = checkpoint_size_bytes(totals["total"], training.optimizer_state_bytes)
     cost = cluster_cost(sy, step_time, tokens_step, tokens_total, ckpt_bytes, st.tp * st.pp * st.cp)
     return Report(
         step_time_s=step_time,

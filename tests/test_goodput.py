@@ -373,3 +373,18 @@ def test_platform_axis_carries_each_platforms_reliability():
         assert float(a.cost["goodput"]) == pytest.approx(
             float(_report(alone).cost["goodput"]), rel=1e-12
         )
+
+
+def test_checkpoint_carries_the_optimizer_state_the_run_keeps():
+    """A checkpoint holds the bf16 weights (2 bytes) and the optimizer state of every
+    parameter: 14 bytes with Adam's fp32 state, 10 with bf16 moments
+    (``training.optimizer_state_bytes = 8``), so its synchronous write takes 10/14 as long."""
+    write = {}
+    for b in (12.0, 8.0):
+        doc = small_doc()
+        doc["training"].update(tokens=1e12, optimizer_state_bytes=b)
+        rep = cd.evaluate(*cd.load_run_dict(doc).specs())
+        write[b] = float(rep.cost["checkpoint_write_s"])
+    assert write[12.0] > 0
+    assert write[8.0] == pytest.approx(write[12.0] * 10.0 / 14.0, rel=1e-9)
+    assert gp.checkpoint_size_bytes(1e9) == gp.CHECKPOINT_BYTES_PER_PARAM * 1e9

@@ -11,7 +11,7 @@ from codesign import pipeline
 from codesign.collectives import tier_bytes_per_s
 from codesign.compute import peak_flops
 from codesign.cost import CLUSTER_COST_KEYS, cluster_cost, to_train
-from codesign.goodput import CHECKPOINT_BYTES_PER_PARAM, fleet_failures, job_goodput
+from codesign.goodput import checkpoint_size_bytes, fleet_failures, job_goodput
 from codesign.sites._spec import DP_OUTERMOST, Sites, SitesReport, _check, _replace
 from codesign.smoothing import EXACT, Smoothing, safe_div
 from codesign.specs import Model, System
@@ -204,7 +204,9 @@ def _costs(job: Sites, step, sm: Smoothing) -> dict:
                 st.tp * st.pp * st.cp,
             )
         )
-    ckpt_bytes = CHECKPOINT_BYTES_PER_PARAM * total_params(job.model)["total"]
+    ckpt_bytes = checkpoint_size_bytes(
+        total_params(job.model)["total"], job.training.optimizer_state_bytes
+    )
     g = job_goodput(job.sites[0].system.reliability, fleets, ckpt_bytes)
     out.update(g)
     out.update(
