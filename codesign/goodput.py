@@ -75,7 +75,6 @@ __all__ = [
     "COMPONENTS",
     "BLAST_RADII",
     "PLATFORM_FIELDS",
-    "CHECKPOINT_BYTES_PER_PARAM",
     "CHECKPOINT_WEIGHT_BYTES",
     "checkpoint_size_bytes",
     "reliability_preset",
@@ -108,13 +107,12 @@ prices) are the problem's."""
 CHECKPOINT_WEIGHT_BYTES = 2.0
 """bf16 weights per parameter in a checkpoint, beside the optimizer state
 (``Training.optimizer_state_bytes``: 12 for fp32 master weights and Adam's two moments)."""
-CHECKPOINT_BYTES_PER_PARAM = CHECKPOINT_WEIGHT_BYTES + 12.0
-"""bf16 weights (2) plus fp32 master weights and Adam's two moments (12): the memory model's
-weight and optimizer terms per parameter, unsharded, at the default optimizer state."""
 
 
 def checkpoint_size_bytes(total_params, optimizer_state_bytes=12.0):
-    """Bytes of one checkpoint: the weights and the optimizer state of every parameter."""
+    """Bytes of one checkpoint: the weights and the optimizer state of every parameter (the
+    memory model's weight and optimizer terms, unsharded: 2 + 12 = 14 bytes a parameter with
+    fp32 master weights and Adam's two moments)."""
     return (CHECKPOINT_WEIGHT_BYTES + optimizer_state_bytes) * total_params
 
 

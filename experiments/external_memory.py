@@ -74,7 +74,7 @@ def regret_what_if(scale: float) -> list[dict]:
         cfg, _ = rr.recipe_config(rows[r["id"]], True)
         rep = cd.evaluate(*cfg.specs())
         fixed = float(cfg.efficiency.memory_overhead_gb)
-        rec_mem = (float(rep.memory_gb["total"]) - fixed) * scale + fixed
+        rec_mem = rr.scaled_memory_gb(float(rep.memory_gb["total"]), fixed, scale)
         sw = rr.sweep_row(cfg, rr.grid_values(cfg, args), memory_scale=scale)
         t_rec = float(rep.step_time_s)
         t_best = min(sw["t_best"], t_rec)

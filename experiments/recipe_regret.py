@@ -268,6 +268,11 @@ def _decode(i: int, nr: int, no: int, nz: int) -> tuple:
     return s_i, r_i, o_i, z_i
 
 
+def scaled_memory_gb(total_gb, fixed_gb, scale: float):
+    """A modelled memory with its part above the fixed ``memory_overhead_gb`` times ``scale``."""
+    return (total_gb - fixed_gb) * scale + fixed_gb
+
+
 def sweep_row(cfg, vals, chunk: int = CHUNK, memory_scale: float = 1.0):
     """Exhaustive sweep around ``cfg``: the best valid, fitting point, the best with the recipe's
     recompute/offload/ZeRO kept (``layout``) and with its offload kept (``keep_offload``), the
@@ -307,7 +312,7 @@ def sweep_row(cfg, vals, chunk: int = CHUNK, memory_scale: float = 1.0):
         t, ok, fits = np.asarray(t)[:n], np.asarray(ok)[:n], np.asarray(fits)[:n]
         if memory_scale != 1.0:
             fixed = _f(cfg.efficiency.memory_overhead_gb)
-            scaled = (np.asarray(mem)[:n] - fixed) * memory_scale + fixed
+            scaled = scaled_memory_gb(np.asarray(mem)[:n], fixed, memory_scale)
             fits = scaled <= _f(cfg.system.accelerator.hbm_gb)
         r_i, o_i, z_i = r_i[:n], o_i[:n], z_i[:n]
         good = ok & fits & np.isfinite(t)
