@@ -14,7 +14,8 @@ Peak FLOP/s is not achieved.  Three kinds of work, each with a named efficiency
   smallest dimension alone it rewards the larger ``n`` and ``k`` of wider models at the same
   token count (Korthikanti et al. 2022's 1T model against their 175B one).
 * **Attention** (``QK^T``, softmax, ``AV``) runs at ``attention_eff`` of the half-precision peak
-  (fused FlashAttention kernels, Dao et al. 2022; FP8 attention is not assumed).
+  (fused FlashAttention kernels, Dao et al. 2022), or, for the ``Training.fp8_attention``
+  fraction of it, of the FP8 peak (FP8 fused attention; the exponentials do not speed up).
 * **Element-wise** work (norms, activations, dropout, residuals, the unfused softmax when
   flash attention is off) is memory bound: it moves ``elementwise_traffic`` times the bytes of
   the activations a layer stores (Korthikanti et al. 2022 Sec. 4, which counts exactly those
@@ -193,6 +194,7 @@ def layer_times(
     precision: str,
     act: dict,
     sm: Smoothing,
+    fp8_attention=0.0,
 ) -> dict:
     """Forward seconds of one layer (dense and MoE averaged over depth) for one micro-batch.
 
@@ -206,6 +208,14 @@ def layer_times(
     16-bit) and ``logits_elementwise`` (softmax cross-entropy over the logits: 16-bit GEMM
     output plus its fp32 copy, ``6 tokens V / t`` bytes times ``elementwise_traffic``).
     ``act`` holds the per-layer activation bytes of :func:`codesign.memory.layer_activation_bytes`.
+
+    ``fp8_attention`` (``Training.fp8_attention``, in [0, 1]) is the fraction of the attention
+    core's matmuls run at the FP8 peak instead of the 16-bit one, at the same
+    ``attention_eff`` (an estimate: no fitted row ran FP8 attention), with a cast of its Q, K
+    and V inputs (:data:`QUANT_BYTES` per element of the run's precision); the softmax
+    exponentials and the stored activations are unchanged (Transformer Engine keeps its FP8
+    attention's saved tensors in 8 bits, which the memory model does not count: it errs on
+    the side of more memory).
     """
     m = model
     st = strategy
@@ -259,9 +269,19 @@ def layer_times(
     )
 
     qk, v = workload.attention_core_dims(m)
+    # Widths of the keys and values the kernel reads (GQA: the kv heads; MLA: every head).
+    mla = workload.is_mla(m)
+    kv_width = workload.attention_dims(m)[1]
+    k_width = mla * qk + (1.0 - mla) * kv_width
+    v_width = mla * v + (1.0 - mla) * kv_width
     keys = workload.attention_keys(m)
     attn_flops = fr["attention"] * 2.0 * tokens * keys * (qk + v) / st.tp
-    attn_mm = safe_div(attn_flops, peak_half * eff.attention_eff)
+    # FP8 attention: the fp8_attention fraction of the matmuls at the FP8 peak (time blended,
+    # so the relaxation can use a fraction); safe_div is 0 where the FP8 peak is not given,
+    # which the rules reject before any tracing when fp8_attention > 0.
+    peak_fp8 = system.accelerator.peak_tflops_fp8 * 1e12
+    per_flop = safe_div(1.0 - fp8_attention, peak_half) + safe_div(fp8_attention, peak_fp8)
+    attn_mm = safe_div(attn_flops * per_flop, eff.attention_eff)
     # Softmax exponentials of the fused kernel: one per causal score (half the counted keys),
     # forward and again in the backward (which recomputes P); on the special-function units.
     exps = st.flash_attention * fr["attention"] * tokens * m.heads / st.tp * keys / 2.0
@@ -286,6 +306,7 @@ def layer_times(
         + dense_frac * ff
         + moe_frac * (slots / jnp.maximum(tokens, 1.0)) * (h + fe_e)
         + fr["mamba"] * d_inner / st.tp
+        + fp8_attention * fr["attention"] * (qk + k_width + v_width) / st.tp
     )
     quant = QUANT_BYTES[precision] * tokens * quant_elems / hbm
     elementwise = eff.elementwise_traffic * act["none"] / hbm + moe_permute + quant

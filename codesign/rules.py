@@ -305,6 +305,21 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "training.fp8_attention",
+        lambda xp, m, tr, sy, st: (
+            (tr.fp8_attention == 0)
+            | (
+                xp.asarray(precision_family(tr.precision) in ("fp8", "fp4"))
+                & (sy.accelerator.peak_tflops_fp8 > 0)
+            )
+        ),
+        lambda m, tr, sy, st: tr.fp8_attention,
+        lambda m, tr, sy, st: (
+            "0 unless the precision is FP8 or FP4 and the accelerator has an FP8 peak "
+            "(system.peak_tflops_fp8 > 0): FP8 attention runs inside an FP8 recipe"
+        ),
+    ),
+    Rule(
         "strategy.offload_activations",
         lambda xp, m, tr, sy, st: (
             ((st.offload_activations == 0) & (st.offload_optimizer == 0))

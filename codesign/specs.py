@@ -166,6 +166,16 @@ class Training:
     ``exp_avg_dtype = exp_avg_sq_dtype = bfloat16``) keeps the moments in bf16: 4 + 2 + 2 = 8,
     as Megatron-Bridge's DeepSeek-V3 and Moonlight recipes run (``recipes/deepseek/
     deepseek_v3.py``)."""
+    fp8_attention: float = 0.0
+    """Fraction of the fused attention core run in FP8 (Transformer Engine's FP8
+    dot-product attention: Megatron-Core ``fp8_dot_product_attention``, cuDNN's FP8 fused
+    attention): its ``QK^T`` and ``PV`` matmuls run at the FP8 peak, their Q, K, V inputs are
+    cast to 8 bits first, and the softmax exponentials cost what they did
+    (:func:`codesign.compute.layer_times`; Shah et al. 2024, FlashAttention-3,
+    arXiv:2407.08608, Sec. 3.3).  0 (the default, as Transformer Engine): the attention core
+    stays in 16 bits; 1 needs an FP8 or FP4 ``precision`` and an accelerator with an FP8 peak.
+    Megatron-Bridge's full-iteration MXFP8 perf recipes turn it on from release 0.5.0
+    (container 26.06)."""
     outer_tokens_factor: float = 1.0
     """Tokens to train with reduced-frequency synchronization (``Strategy.outer_sync_interval``
     > 1) over those of synchronous training: the convergence penalty of DiLoCo-style
@@ -528,5 +538,11 @@ def check_training(training: Training) -> None:
     positive("training.weight_copy_bytes", training.weight_copy_bytes, allow_zero=True)
     positive("training.optimizer_state_bytes", training.optimizer_state_bytes, allow_zero=True)
     positive("training.outer_tokens_factor", training.outer_tokens_factor)
+    if not 0.0 <= float(training.fp8_attention) <= 1.0:
+        raise SpecError(
+            "training.fp8_attention",
+            training.fp8_attention,
+            "a fraction in [0, 1] (1: FP8 attention)",
+        )
     if training.precision not in PRECISIONS:
         raise SpecError("training.precision", training.precision, f"one of {list(PRECISIONS)}")

@@ -230,7 +230,7 @@ def evaluate_unchecked(
 
     # ---- compute of one layer and one micro-batch ----------------------------------------
     act = memory.layer_activation_bytes(m, st, precision)
-    lt = compute.layer_times(m, st, sy, eff, precision, act, sm)
+    lt = compute.layer_times(m, st, sy, eff, precision, act, sm, training.fp8_attention)
     layer_fwd = lt["gemm"] + lt["attention"] + lt["elementwise"]
     layer_bwd = eff.backward_factor * lt["gemm"] + lt["attention_bwd"] + 2.0 * lt["elementwise"]
     logit_fwd = lt["logits"] + lt["logits_elementwise"]

@@ -265,9 +265,11 @@ def _floor_lines(fl: dict) -> list[str]:
         f"knows neither these releases nor their rows) is {fl['model_mape_pct']:.1f} % off.  "
         f"Median spread (slowest / fastest - 1): {fl['median_spread_pct']:.1f} %; "
         f"{sum(1 for g in fl['groups'] if g[0] > 1 / 3)} layouts changed speed by more than "
-        "a third from one release to another.  The model predicts every release of a layout "
-        "alike (its presets fit the 25.09 and 25.11 software), so where a release changed the "
-        "speed, its error follows the release (table below, widest spread first).",
+        "a third from one release to another.  The model predicts the releases of a layout "
+        "alike (its presets fit the 25.09 and 25.11 software) except where a recipe setting it "
+        "models changed (dispatcher, overlap, recomputation, FP8 attention), so where a release "
+        "changed the speed otherwise, its error follows the release (table below, widest "
+        "spread first).",
         "",
         "| spread % | layout | step time s by release | model error % (external rows) |",
         "|---|---|---|---|",
@@ -351,8 +353,10 @@ def markdown(recs: list[dict], seconds: float, floor: dict | None = None) -> str
         "release's recipe files (`codesign/calibration/_bridge_recipes26.py`, v0.3.0 to "
         "v0.6.0), so this measures how well the model predicts a *later software release* "
         "from its layout and recipe; what those releases made faster without a setting the "
-        "model has (fused kernels, full-iteration CUDA graphs, FP8 attention) is not known "
-        "to it.",
+        "model has (fused grouped MLPs, full-iteration CUDA graphs) is not known to it.  FP8 "
+        "attention is (`training.fp8_attention`, set where the recipe sets "
+        "`fp8_dot_product_attention`: the full-iteration MXFP8 recipes from 26.06, all but "
+        "DeepSeek-V3 on GB200).",
         "",
         "Error = (predicted - measured) / measured of the step time; negative = the model is "
         "too fast.",

@@ -273,6 +273,14 @@ BAD_MORE = {
         good().replace("global_batch = 512", "global_batch = 512\noptimizer_state_bytes = -8"),
         "training.optimizer_state_bytes",
     ),
+    "fp8_attention_above_one": (
+        good().replace("global_batch = 512", "global_batch = 512\nfp8_attention = 1.5"),
+        "training.fp8_attention = 1.5 is invalid: a fraction in [0, 1]",
+    ),
+    "fp8_attention_in_bf16": (
+        good().replace("global_batch = 512", "global_batch = 512\nfp8_attention = 1"),
+        "training.fp8_attention",
+    ),
     "efficiency_gemm_max_zero": (good() + "\n[efficiency]\ngemm_max = 0\n", "efficiency.gemm_max"),
     "efficiency_hbm_eff_nan": (good() + "\n[efficiency]\nhbm_eff = nan\n", "efficiency.hbm_eff"),
     "efficiency_overlap_above_one": (

@@ -315,6 +315,9 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
         "grad_reduce_bytes": float(val.get("grad_reduce_bytes", 2.0)),
         "optimizer_state_bytes": float(val.get("optimizer_state_bytes", 12.0)),
     }
+    if val.get("fp8_attention"):
+        training["fp8_attention"] = 1.0
+        notes.append("FP8 attention (fp8_dot_product_attention)")
     nvl = int(hw.get("nvlink_domain", 8))
     up = max(d for d in range(1, min(nvl, n) + 1) if n % d == 0)
     if up != nvl:

@@ -83,6 +83,14 @@ def _dropless(src: str, full_iter: bool) -> dict:
     return _f(False, f"{src}: moe_router_force_load_balancing True, no token drop{pad}")
 
 
+def _dpa(on: bool, src: str) -> dict:
+    """The ``fp8_attention`` fact: Transformer Engine's FP8 dot-product attention."""
+    return {"fp8_attention": _f(on, src)}
+
+
+_DPA_OVR = "utils/overrides.py copies it to cfg.mixed_precision.fp8_dot_product_attention"
+
+
 # --- Llama 3 70B / 3.1 405B -----------------------------------------------------------------
 def _llama(c: str, size: str, gpu: str, cfgs: str, deg: str, fsdp_off=None, nvfp4=False):
     """``cfgs``: the V2 configs of the majority rows; ``fsdp_off``: layers offloaded by the
@@ -183,7 +191,27 @@ def _ds(c: str, gpu: str, cfg: str, deg: str, mods, backend, a2a: bool, layout: 
         "overlap_tp": _f(False, f"{lib}: CommOverlapConfig(tp_comm_overlap=False); tp 1"),
         "mtp_layers": _f("row", f"{lib}: mtp_num_layers 1; the page variant is taken from the row"),
         "layout": _f("recipe", f"{base}: {layout}"),
+        **(_ds_dpa(c, gpu, base, name, pre) if fi else {}),
     }
+
+
+def _ds_dpa(c: str, gpu: str, base: str, name: str, pre: str) -> dict:
+    """FP8 attention of the full-iteration DeepSeek-V3 MXFP8 configs: GB300 (and B300) on,
+    GB200 off."""
+    on = gpu != "gb200"
+    if c == NEW:
+        arg = "fp8_dot_product_attention=True, " if on else ""
+        return _dpa(
+            on,
+            f"{base}: {name} _enable_deepseek_full_iteration_mxfp8(cfg, {arg}fp8_output_proj=True)"
+            f" ({pre}: fp8_dot_product_attention defaults to False)",
+        )
+    v1 = f"DEEPSEEK_V3_PRETRAIN_CONFIG_{gpu.upper()}_FP8_MX_V1"
+    if on:
+        return _dpa(
+            True, f"{base}: {v1} fp8_dot_product_attention=True ({name} replaces it); {_DPA_OVR}"
+        )
+    return _dpa(False, f"{base}: {v1} sets no fp8_dot_product_attention ({name} replaces it)")
 
 
 _LAY_STR = 'pp_layout "Et*4|(t*4|)*14tmL" (4 layers per chunk, last chunk 1 + MTP + loss)'
@@ -219,7 +247,19 @@ def _oss(c: str, gpu: str, cfg: str, deg: str, mods, backend, a2a: bool, fi=Fals
         **_moe(c, base, name, pre, grad, disp, deg, mods=mods, backend=backend, a2a=a2a, fi=fi),
         "etp": _f(1, f"{base}: expert_tensor_parallel_size 1"),
         "overlap_tp": _f(False, tpo),
+        **(
+            _fi_dpa(c, base, name, f"{pre} _apply_gpt_oss_120b_full_iter_fp8mx_configs")
+            if fi
+            else {}
+        ),
     }
+
+
+def _fi_dpa(c: str, base: str, name: str, new_fn: str) -> dict:
+    """FP8 attention of a full-iteration MXFP8 config (GPT-OSS, Qwen3): on in every release."""
+    if c == NEW:
+        return _dpa(True, f"{new_fn}: cfg.mixed_precision.fp8_dot_product_attention = True")
+    return _dpa(True, f"{base}: {name} fp8_dot_product_attention=True; {_DPA_OVR}")
 
 
 # --- Qwen3 30B-A3B / 235B-A22B ----------------------------------------------------------------
@@ -265,6 +305,8 @@ def _qw(c: str, gpu: str, size: str, cfg: str, deg: str, backend, a2a: bool, fi=
         "token_drop": _dropless(pre, fi),
         "degrees": _f(deg, f"{base}: {name}"),
     }
+    if fi:
+        facts.update(_fi_dpa(c, base, name, f"{pre} _enable_hybridep_full_iteration_mxfp8"))
     if big:
         facts["split"] = _f(
             True, f"{lib} qwen3_235b_a22b pretrain: account_for_embedding/loss_in_pipeline_split"
