@@ -15,7 +15,13 @@ from codesign.specs import Model
 __all__ = ["held_out_error"]
 
 
-def held_out_error(eff_base: dict, stack: str | None, model: Model, overridden: bool = False):
+def held_out_error(
+    eff_base: dict,
+    stack: str | None,
+    model: Model,
+    overridden: bool = False,
+    untested: tuple = (),
+):
     """The accuracy measured for a run's setting: the calibrated preset's held-out errors
     (``calibrated_held_out_error``, :func:`codesign.calibration._presets.held_out_by_setting`)
     of its generation, the run's ``stack`` and kind of model (``"moe"`` with experts, else
@@ -24,7 +30,8 @@ def held_out_error(eff_base: dict, stack: str | None, model: Model, overridden: 
     that setting exists, None without a calibrated preset; for an accelerator of an
     architecture with no measured run, ``rows = 0`` and ``unmeasured_architecture`` (the errors
     of a generation held out whole).  ``overridden``: the run's ``[efficiency]`` changes
-    calibrated values (the figures are the preset's)."""
+    calibrated values (the figures are the preset's).  ``untested``: settings of the run that
+    no measured run behind the figures used (e.g. ``"FP8 attention"``), listed with them."""
     table = eff_base.get("calibrated_held_out_error")
     kind = "moe" if float(model.moe_experts) > 0 else "dense"
     unmeasured = eff_base.get("calibrated_unmeasured_error")
@@ -36,6 +43,7 @@ def held_out_error(eff_base: dict, stack: str | None, model: Model, overridden: 
             "overridden": overridden,
             "rows": 0,
             "unmeasured_architecture": unmeasured,
+            **({"untested": list(untested)} if untested else {}),
         }
     if not isinstance(table, dict):
         return None
@@ -46,4 +54,5 @@ def held_out_error(eff_base: dict, stack: str | None, model: Model, overridden: 
         "kind": kind,
         "overridden": overridden,
         **stats,
+        **({"untested": list(untested)} if untested else {}),
     }

@@ -219,7 +219,7 @@ def check_efficiency(eff) -> None:
         v = positive(f"efficiency.{f}", getattr(eff, f))
         if v > 1:
             raise SpecError(f"efficiency.{f}", getattr(eff, f), allowed)
-    for f in _OVERLAPS:
+    for f in (*_OVERLAPS, "gemm_max_16bit"):
         v = positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
         if v > 1:
             raise SpecError(f"efficiency.{f}", getattr(eff, f), "a fraction in [0, 1]")

@@ -52,7 +52,9 @@ Low precisions (:func:`peak_flops`): FP8 and FP4 GEMMs run at the accelerator's 
 the output layer (logits) stays in BF16 (Transformer Engine recipes keep it in high
 precision), and every quantized GEMM input is cast first, a memory-bound pass of
 :data:`QUANT_BYTES` per element (forward inputs once, backward gradients and transposed
-copies twice).
+copies twice).  A low-precision run's ``Training.bf16_layers_start`` / ``_end`` layers are
+16-bit layers (the step model evaluates the layer both ways and charges each such layer's
+difference to its pipeline stage: :func:`codesign.pipeline.bf16_stage_layers`).
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ __all__ = [
     "gemm_efficiency",
     "gemm_time",
     "layer_times",
+    "optimizer_step_bytes",
+    "sixteen_bit_layer",
     "peak_flops",
 ]
 
@@ -282,6 +286,7 @@ def layer_times(
     peak_fp8 = system.accelerator.peak_tflops_fp8 * 1e12
     per_flop = safe_div(1.0 - fp8_attention, peak_half) + safe_div(fp8_attention, peak_fp8)
     attn_mm = safe_div(attn_flops * per_flop, eff.attention_eff)
+    attn_mm_16 = safe_div(attn_flops, peak_half * eff.attention_eff)  # a 16-bit layer's
     # Softmax exponentials of the fused kernel: one per causal score (half the counted keys),
     # forward and again in the backward (which recomputes P); on the special-function units.
     exps = st.flash_attention * fr["attention"] * tokens * m.heads / st.tp * keys / 2.0
@@ -330,4 +335,57 @@ def layer_times(
         "mla_up": fr["attention"] * mla_up,
         "logits": logits,
         "logits_elementwise": logits_elementwise,
+        # for :func:`sixteen_bit_layer`: the parts a 16-bit layer changes
+        "gemm_lowp": gemm - fr["mamba"] * ssd,
+        "mlp_gemm": dense_frac * dense_mlp,
+        "moe_gemm": moe_frac * moe_mlp,
+        "quant": quant,
+        "attention_16bit": attention_core_time(attn_mm_16, attn_exp, eff, sm),
+        "attention_bwd_16bit": attention_core_time(
+            eff.backward_factor * attn_mm_16, attn_exp, eff, sm
+        ),
+        "traffic_per_byte": traffic,
     }
+
+
+def sixteen_bit_layer(lt: dict, act: dict, act_16bit: dict, gemm_ratio) -> dict:
+    """:func:`layer_times` of the same layer in 16 bits, from those of a low-precision layer.
+
+    The GEMMs at the low-precision peak (every GEMM but the Mamba SSD scan) take
+    ``gemm_ratio = (peak gemm_max) / (peak_16 gemm_max_16)`` times as long (a GEMM's time is
+    ``2 m n k / (peak gemm_max d / (d + gemm_half_dim))``), the quantization casts and FP8
+    attention go, and the element-wise work moves the 16-bit stored activations
+    (``act_16bit``); equal to :func:`layer_times` evaluated in ``bf16`` at ``gemm_max_16``,
+    at a fraction of its cost (a test checks it).
+    """
+    d = gemm_ratio - 1.0
+    per_byte = lt["traffic_per_byte"]
+    return {
+        **lt,
+        "gemm": lt["gemm"] + d * lt["gemm_lowp"],
+        "attention": lt["attention_16bit"],
+        "attention_bwd": lt["attention_bwd_16bit"],
+        "elementwise": lt["elementwise"]
+        - lt["quant"]
+        + per_byte * (act_16bit["none"] - act["none"]),
+        "score_elementwise": lt["score_elementwise"]
+        + per_byte * (act_16bit["scores"] - act["scores"]),
+        "mlp": lt["mlp"] + d * lt["mlp_gemm"],
+        "moe": lt["moe"] + d * lt["moe_gemm"],
+        "mla_up": lt["mla_up"] * gemm_ratio,
+    }
+
+
+def optimizer_step_bytes(optimizer_bytes_per_param, optimizer_state_bytes):
+    """HBM bytes per local parameter of the optimizer step.
+
+    ``Efficiency.optimizer_bytes_per_param`` counts Adam's step with 12 bytes of state (fp32
+    master weights and two fp32 moments, read and written: 24 of its 34); an optimizer state of
+    ``optimizer_state_bytes`` reads and writes ``2 (optimizer_state_bytes - 12)`` bytes more:
+    26 with bf16 moments (Megatron-Core's precision-aware optimizer, 8 bytes of state).
+    Never below 0.
+
+    >>> float(optimizer_step_bytes(34.0, 12.0)), float(optimizer_step_bytes(34.0, 8.0))
+    (34.0, 26.0)
+    """
+    return jnp.maximum(optimizer_bytes_per_param + 2.0 * (optimizer_state_bytes - 12.0), 0.0)

@@ -459,7 +459,13 @@ def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
         **sys_names,
         "efficiency": eff_label,
         "stack": stack,
-        "held_out": held_out_error(eff_base, stack, model, overridden=overridden),
+        "held_out": held_out_error(
+            eff_base,
+            stack,
+            model,
+            overridden=overridden,
+            untested=("FP8 attention",) if float(training.fp8_attention) > 0 else (),
+        ),
     }
     return RunConfig(model, training, system, strategy, efficiency, names)
 
@@ -515,7 +521,8 @@ def _apply_calibrated(
     * ``calibrated_gemm_max_fp8``: ``gemm_max`` of FP8 GEMMs (relative to the FP8 peak), used
       when ``training.precision`` is an FP8 (or, without ``calibrated_gemm_max_fp4``, FP4)
       recipe and ``[efficiency]`` does not set ``gemm_max``; ``calibrated_gemm_max_mxfp8``
-      replaces it for ``mxfp8`` where the fit has MXFP8 rows of its own;
+      replaces it for ``mxfp8`` where the fit has MXFP8 rows of its own; the preset's 16-bit
+      ``gemm_max`` then becomes ``gemm_max_16bit`` (the run's 16-bit layers);
     * ``calibrated_attention_eff_unfused``: ``attention_eff`` when the strategy turns fused
       (flash) attention off and ``[efficiency]`` does not set ``attention_eff``;
     * ``calibrated_tier_efficiency = {fabric preset = fraction}``: the efficiency of every tier
@@ -529,6 +536,8 @@ def _apply_calibrated(
     if training.precision == "mxfp8":
         low = eff_base.get("calibrated_gemm_max_mxfp8", fp8)
     if low is not None and family != "half" and "gemm_max" not in eff_sec:
+        if "gemm_max" in eff_base and "gemm_max_16bit" not in eff_sec:
+            eff_base["gemm_max_16bit"] = eff_base["gemm_max"]  # for the 16-bit layers
         eff_base["gemm_max"] = _number(f"efficiency.calibrated_gemm_max_{family}", low)
     unfused = eff_base.get("calibrated_attention_eff_unfused")
     if (

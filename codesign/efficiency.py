@@ -52,6 +52,10 @@ class Efficiency:
     """Fraction of dense peak that large GEMMs reach.  Estimate: large BF16 cuBLAS GEMMs reach
     roughly 70-85 % of dense peak on A100/H100 (NVIDIA, "Matrix Multiplication Background"
     user guide); calibrated per accelerator and stack in ``codesign/hardware/efficiency.toml``."""
+    gemm_max_16bit: float = 0.0
+    """``gemm_max`` of the 16-bit GEMMs of an FP8/FP4 run's 16-bit layers
+    (``Training.bf16_layers_start`` / ``_end``); 0 (the default): ``gemm_max``.  A calibrated
+    preset sets it to its 16-bit value when the run's precision takes the low-precision one."""
     gemm_half_dim: float = 96.0
     """Arithmetic intensity (FLOP/byte) at which a GEMM reaches half of ``gemm_max``.
     Estimate (the curve's knee, near the A100/H100 machine balance); calibrated."""
@@ -67,7 +71,9 @@ class Efficiency:
     optimizer_bytes_per_param: float = 34.0
     """HBM bytes per local parameter of the optimizer step: Adam with fp32 master weights reads
     param, grad, m and v (16), writes param, m and v (12) and the 16-bit copy (2), and the
-    global-norm gradient clipping reads the gradients once more (4): 34 (a count)."""
+    global-norm gradient clipping reads the gradients once more (4): 34 (a count).  Another
+    optimizer state size (``Training.optimizer_state_bytes``) moves twice its difference from
+    12 more or less (:func:`codesign.compute.optimizer_step_bytes`: 26 with bf16 moments)."""
     dp_comm_eff: float = 1.0
     """Fraction of each tier's achieved collective bandwidth (``Tier.efficiency``) that the
     data-parallel and ZeRO reduce-scatters, all-gathers and all-reduces reach.  1: the same as

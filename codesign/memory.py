@@ -71,7 +71,7 @@ import jax.numpy as jnp
 
 from codesign import pipeline, workload
 from codesign.rules import sharded, zero_fractions
-from codesign.smoothing import Smoothing
+from codesign.smoothing import Smoothing, safe_div
 from codesign.specs import Efficiency, Model, Strategy, precision_family
 
 __all__ = [
@@ -232,6 +232,8 @@ def stage_memory_bytes(
     act: dict | None = None,
     weight_copy_bytes=2.0,
     optimizer_state_bytes=12.0,
+    layers_16bit=0.0,
+    act_16bit: dict | None = None,
 ) -> dict:
     """Bytes per accelerator by term on one pipeline stage.
 
@@ -241,6 +243,10 @@ def stage_memory_bytes(
     and ``logits`` 1 when it holds the output layer's fp32 logits buffer (the defaults
     describe the first stage of an even split with the buffer counted: the classic
     single-stage view).  ``act`` is :func:`layer_activation_bytes` when the caller has it.
+    ``layers_16bit`` of the stage's layers run in 16 bits in a low-precision run
+    (``Training.bf16_layers_start`` / ``_end``) and store ``act_16bit`` (the 16-bit
+    :func:`layer_activation_bytes`) instead; their quantized-weight cache is still counted
+    (an over-count of at most those layers' 1-2 bytes per weight).
     """
     st = strategy
     frac = zero_fractions(st.zero)  # ZeRO stage weights -> sharded fraction of each state
@@ -264,6 +270,11 @@ def stage_memory_bytes(
     per_layer = stored_per_layer(act, st)
     n = model.layers / st.pp if layers is None else layers
     chunks = pipeline.in_flight_chunks(stage, st.pp, st.interleave, num_microbatches, sm)
+    if act_16bit is not None:
+        # the 16-bit layers' extra stored activations, in the chunks in flight like the rest
+        per_layer = per_layer + safe_div(layers_16bit, n) * (
+            stored_per_layer(act_16bit, st) - per_layer
+        )
     activations = per_layer * n / st.interleave * chunks * (1.0 - st.offload_activations)
     # Full recomputation re-materializes one layer at a time.
     activations = activations + st.recompute[2] * act["none"]

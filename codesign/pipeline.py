@@ -56,6 +56,7 @@ __all__ = [
     "stage_layers",
     "layout_valid",
     "in_flight_chunks",
+    "bf16_stage_layers",
     "STAGES",
 ]
 
@@ -174,3 +175,24 @@ def in_flight_chunks(stage, pp, interleave, num_mb, sm: Smoothing):
     interleaved = 2.0 * (pp - stage - 1.0) + (interleave - 1.0) * pp + 1.0
     chunks = il * interleaved + (1.0 - il) * one_f_one_b
     return sm.min(chunks, num_mb * interleave)
+
+
+def bf16_stage_layers(start, end, stages: list, sm: Smoothing) -> list:
+    """16-bit layers on the first, a middle and the last stage (``stages``: the step model's
+    ``(index, layers, ...)`` of each, :func:`codesign.step.evaluate_unchecked`).
+
+    Megatron-Core keeps the first ``num_layers_at_start_in_bf16`` and the last
+    ``num_layers_at_end_in_bf16`` transformer layers out of FP8/FP4 (``first_last_layers_bf16``;
+    ``start`` / ``end``: ``Training.bf16_layers_start`` / ``bf16_layers_end``): they sit on the first and the last
+    pipeline stage, up to its layer count, and what does not fit there on the stages next to
+    it (the middle stage here, at most its layers).  With one stage it holds both.
+    """
+    (_, n_first, *_), (_, n_mid, *_), (_, n_last, *_) = stages
+    ks, ke = start, end
+    single = 1.0 - sm.step(stages[2][0])  # the last stage's index is pp - 1
+    two = (1.0 - single) * (1.0 - sm.step(n_mid))  # two stages: each takes the other's excess
+    spill_s = sm.relu(ks - n_first, scale=1.0)
+    spill_e = sm.relu(ke - n_last, scale=1.0)
+    first = jnp.minimum(ks + single * ke + two * spill_e, n_first)
+    last = jnp.minimum(ke + single * ks + two * spill_s, n_last)
+    return [first, jnp.minimum(jnp.maximum(spill_s, spill_e), n_mid), last]

@@ -100,7 +100,7 @@ def _held_out_lines(h: dict | None) -> list[str]:
             f"expected error     {'unknown':>12}    no measured run of this architecture "
             f"(efficiencies of {gen});",
             f"{' ' * 35}a generation held out whole was off by {held}",
-        ]
+        ] + _untested_lines(h, " " * 35)
     if not h.get("rows"):
         return [f"expected error     {'unknown':>12}    no measured {what} to hold out"]
     pad = " " * 35
@@ -118,7 +118,14 @@ def _held_out_lines(h: dict | None) -> list[str]:
         lines.append(
             f"{pad}(figures of the calibrated preset; this run's [efficiency] overrides it)"
         )
-    return lines
+    return lines + _untested_lines(h, pad)
+
+
+def _untested_lines(h: dict, pad: str) -> list[str]:
+    """Settings of the run that no measured run behind the expected error used."""
+    if not h.get("untested"):
+        return []
+    return [f"{pad}(no measured run behind it used {', '.join(h['untested'])}: not validated)"]
 
 
 def format_report(d: dict, cfg=None) -> str:

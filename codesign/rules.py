@@ -305,6 +305,17 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "training.bf16_layers_start",
+        lambda xp, m, tr, sy, st: tr.bf16_layers_start + tr.bf16_layers_end <= m.layers,
+        lambda m, tr, sy, st: (
+            f"{_g(tr.bf16_layers_start)} (bf16_layers_end {_g(tr.bf16_layers_end)})"
+        ),
+        lambda m, tr, sy, st: (
+            f"at most layers - bf16_layers_end = {_g(m.layers - tr.bf16_layers_end)} "
+            "(the 16-bit layers at both ends are model layers)"
+        ),
+    ),
+    Rule(
         "training.fp8_attention",
         lambda xp, m, tr, sy, st: (
             (tr.fp8_attention == 0)

@@ -166,6 +166,16 @@ class Training:
     ``exp_avg_dtype = exp_avg_sq_dtype = bfloat16``) keeps the moments in bf16: 4 + 2 + 2 = 8,
     as Megatron-Bridge's DeepSeek-V3 and Moonlight recipes run (``recipes/deepseek/
     deepseek_v3.py``)."""
+    bf16_layers_start: float = 0.0
+    """Transformer layers at the start of the model that stay in 16 bits in an FP8/FP4 run:
+    their GEMMs at the 16-bit peak, no quantization casts, 16-bit stored activations and
+    tensor-parallel gathers (Megatron-Core ``first_last_layers_bf16`` with
+    ``num_layers_at_start_in_bf16``; Megatron-Bridge's FP8 current-scaling recipe keeps 1, its
+    perf scripts 0).  They sit on the first pipeline stage, which then runs slower than the
+    others (:func:`codesign.pipeline.bf16_stage_layers`).  No effect in a 16-bit run."""
+    bf16_layers_end: float = 0.0
+    """Transformer layers at the end of the model that stay in 16 bits (``num_layers_at_end_
+    in_bf16``), on the last pipeline stage; otherwise as ``bf16_layers_start``."""
     fp8_attention: float = 0.0
     """Fraction of the fused attention core run in FP8 (Transformer Engine's FP8
     dot-product attention: Megatron-Core ``fp8_dot_product_attention``, cuDNN's FP8 fused
@@ -538,6 +548,8 @@ def check_training(training: Training) -> None:
     positive("training.weight_copy_bytes", training.weight_copy_bytes, allow_zero=True)
     positive("training.optimizer_state_bytes", training.optimizer_state_bytes, allow_zero=True)
     positive("training.outer_tokens_factor", training.outer_tokens_factor)
+    positive("training.bf16_layers_start", training.bf16_layers_start, allow_zero=True)
+    positive("training.bf16_layers_end", training.bf16_layers_end, allow_zero=True)
     if not 0.0 <= float(training.fp8_attention) <= 1.0:
         raise SpecError(
             "training.fp8_attention",

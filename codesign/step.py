@@ -25,6 +25,9 @@ With ``overlap_dp`` on, up to ``dp_overlap_eff`` of one micro-batch's forward an
 hides it (gradient buckets reduce during the last backward; the distributed optimizer's
 parameter all-gather overlaps the next forward; with ``overlap_param_gather`` off that
 all-gather is exposed), and for ZeRO-3 the compute of all micro-batches (parameter prefetch).
+A low-precision run's 16-bit layers (``Training.bf16_layers_start`` / ``_end``) add their
+extra 16-bit time to the first and last stage (:func:`codesign.pipeline.bf16_stage_layers`),
+and the optimizer step moves :func:`codesign.compute.optimizer_step_bytes` per parameter.
 
 Everything is an array: :func:`evaluate` is jit-compiled once per static structure (number
 of tiers, precision, exact or relaxed) and vmaps over any leaf.
@@ -44,7 +47,7 @@ from codesign.cost import cluster_cost
 from codesign.goodput import checkpoint_size_bytes
 from codesign.rules import check_all, data_parallel_groups, expert_tp, sharded, zero_fractions
 from codesign.smoothing import EXACT, Smoothing, safe_div
-from codesign.specs import Efficiency, Model, Strategy, System, Training
+from codesign.specs import Efficiency, Model, Strategy, System, Training, precision_family
 
 __all__ = [
     "Report",
@@ -229,23 +232,45 @@ def evaluate_unchecked(
     phi = st.recompute_fraction
 
     # ---- compute of one layer and one micro-batch ----------------------------------------
+    def layer_compute(lt):
+        """(forward, backward, recomputation) seconds of one layer from its parts.  Selective
+        recomputation re-runs the chosen modules' forward; full recomputation re-runs phi of
+        the layers' forward, in recompute_factor times its time."""
+        fwd = lt["gemm"] + lt["attention"] + lt["elementwise"]
+        bwd = eff.backward_factor * lt["gemm"] + lt["attention_bwd"] + 2.0 * lt["elementwise"]
+        selective = (
+            w[0] * (lt["attention"] + lt["score_elementwise"])
+            + w[1] * lt["layernorm"]
+            + w[2] * lt["mlp"]
+            + w[3] * (1.0 - w[4]) * lt["moe_act"]
+            + w[4] * lt["moe"]
+            + w[5] * lt["mla_up"]
+        )
+        return fwd, bwd, r[1] * selective + r[2] * phi * eff.recompute_factor * fwd
+
     act = memory.layer_activation_bytes(m, st, precision)
     lt = compute.layer_times(m, st, sy, eff, precision, act, sm, training.fp8_attention)
-    layer_fwd = lt["gemm"] + lt["attention"] + lt["elementwise"]
-    layer_bwd = eff.backward_factor * lt["gemm"] + lt["attention_bwd"] + 2.0 * lt["elementwise"]
+    layer_fwd, layer_bwd, layer_rec = layer_compute(lt)
     logit_fwd = lt["logits"] + lt["logits_elementwise"]
     logit_bwd = eff.backward_factor * lt["logits"] + 2.0 * lt["logits_elementwise"]
-    # Selective recomputation re-runs the chosen modules' forward; full recomputation re-runs
-    # phi of the layers' forward, in recompute_factor times its time.
-    selective = (
-        w[0] * (lt["attention"] + lt["score_elementwise"])
-        + w[1] * lt["layernorm"]
-        + w[2] * lt["mlp"]
-        + w[3] * (1.0 - w[4]) * lt["moe_act"]
-        + w[4] * lt["moe"]
-        + w[5] * lt["mla_up"]
-    )
-    layer_rec = r[1] * selective + r[2] * phi * eff.recompute_factor * layer_fwd
+    # The 16-bit layers of a low-precision run (Training.bf16_layers_start / _end): the same
+    # layer in 16 bits, whose difference each such layer adds to its stage (static: nothing
+    # to add in a 16-bit run).
+    low = precision_family(precision) != "half"
+    if low:
+        act16 = memory.layer_activation_bytes(m, st, "bf16")
+        g16 = jnp.where(eff.gemm_max_16bit > 0, eff.gemm_max_16bit, eff.gemm_max)
+        ratio = safe_div(
+            compute.peak_flops(sy, precision) * eff.gemm_max,
+            sy.accelerator.peak_tflops * 1e12 * g16,
+        )
+        lt16 = compute.sixteen_bit_layer(lt, act, act16, ratio)
+        d_fwd, d_bwd, d_rec = (
+            a - b
+            for a, b in zip(layer_compute(lt16), (layer_fwd, layer_bwd, layer_rec), strict=True)
+        )
+    else:
+        act16, d_fwd, d_bwd, d_rec = act, 0.0, 0.0, 0.0
 
     # ---- communication inside a micro-batch, per layer -----------------------------------
     tokens = st.microbatch * m.seq_len / st.cp
@@ -257,15 +282,21 @@ def evaluate_unchecked(
     # output, backward output gradient), while the reduce-scatter stays in bf16.
     tp_lat, tp_per_byte = coll.reduce_scatter_coeffs(groups["tp"], sy, sm)  # AG costs the same
     tp_rs = tp_lat + 2.0 * tokens * h * tp_per_byte
-    tp_ag = tp_lat + compute.GATHER_BYTES[precision] * tokens * h * tp_per_byte
-    tp_ar = st.sequence_parallel * (tp_rs + tp_ag) + (1.0 - st.sequence_parallel) * 2.0 * tp_rs
-    t_tp = passes * tp_ar * (1.0 - st.overlap_tp * eff.tp_overlap_eff)
-    # With sequence parallelism only the s/t shard of each GEMM input is stored, so the
-    # backward pass all-gathers it again for the weight gradients (twice per layer: QKV and
-    # MLP inputs), asynchronously behind the input-gradient GEMM (Megatron-LM's
-    # LinearWithGradAccumulationAndAsyncCommunication; Korthikanti et al. 2022 Sec. 4.2.2):
-    # exposed (1 - tp_overlap_eff) of it.
-    t_tp = t_tp + st.sequence_parallel * 2.0 * tp_ag * (1.0 - eff.tp_overlap_eff)
+
+    def tp_time(gather_bytes):
+        tp_ag = tp_lat + gather_bytes * tokens * h * tp_per_byte
+        tp_ar = st.sequence_parallel * (tp_rs + tp_ag) + (1.0 - st.sequence_parallel) * 2.0 * tp_rs
+        # With sequence parallelism only the s/t shard of each GEMM input is stored, so the
+        # backward pass all-gathers it again for the weight gradients (twice per layer: QKV
+        # and MLP inputs), asynchronously behind the input-gradient GEMM (Megatron-LM's
+        # LinearWithGradAccumulationAndAsyncCommunication; Korthikanti et al. 2022 Sec.
+        # 4.2.2): exposed (1 - tp_overlap_eff) of it.
+        return passes * tp_ar * (1.0 - st.overlap_tp * eff.tp_overlap_eff) + (
+            st.sequence_parallel * 2.0 * tp_ag * (1.0 - eff.tp_overlap_eff)
+        )
+
+    t_tp = tp_time(compute.GATHER_BYTES[precision])
+    d_tp = tp_time(compute.GATHER_BYTES["bf16"]) - t_tp if low else 0.0
 
     qk, v = workload.attention_core_dims(m)
     _, kv = workload.attention_dims(m)
@@ -314,13 +345,26 @@ def evaluate_unchecked(
     per_logit = logit_fwd + logit_bwd
     stages = _stages(m, st, sm)
     stage_t = [sg[1] * per_layer + sg[4] * per_logit for sg in stages]
+    if low:  # each 16-bit layer adds its extra seconds to its stage
+        kb = pipeline.bf16_stage_layers(
+            training.bf16_layers_start, training.bf16_layers_end, stages, sm
+        )
+        d_layer = d_fwd + d_bwd + d_rec + d_tp
+        stage_t = [t + k * d_layer for t, k in zip(stage_t, kb, strict=True)]
+    else:
+        kb = [0.0, 0.0, 0.0]
     tw = sm.argmax_weights(*stage_t)
     n_eff = sum(wi * sg[1] for wi, sg in zip(tw, stages, strict=True))
     out_eff = sum(wi * sg[4] for wi, sg in zip(tw, stages, strict=True))
     t_fwd = n_eff * layer_fwd + out_eff * logit_fwd
     t_bwd = n_eff * layer_bwd + out_eff * logit_bwd
     t_rec = n_eff * layer_rec
-    t_mb = t_fwd + t_bwd + t_rec + n_eff * (t_tp + t_cp + t_ep + t_off)
+    t_tp_16 = 0.0  # the 16-bit layers' extra tensor-parallel time
+    if low:
+        kb_eff = sum(wi * k for wi, k in zip(tw, kb, strict=True))
+        t_fwd, t_bwd = t_fwd + kb_eff * d_fwd, t_bwd + kb_eff * d_bwd
+        t_rec, t_tp_16 = t_rec + kb_eff * d_rec, kb_eff * d_tp
+    t_mb = t_fwd + t_bwd + t_rec + n_eff * (t_tp + t_cp + t_ep + t_off) + t_tp_16
     bubble = pipeline.bubble_time(st.pp, st.interleave, t_mb)
     p2p_one = coll.p2p_time(2.0 * tokens * h / st.tp, groups["pp"], sy, sm)
     p2p = pipeline.exposed_p2p_time(st.pp, st.interleave, n_mb, p2p_one, eff.p2p_overlap_eff, sm)
@@ -380,10 +424,13 @@ def evaluate_unchecked(
     # ---- optimizer: on the accelerator, and the offloaded part on the host CPU -----------
     opt_params = sharded(pl["dense"], pl["expert"], zero_fractions(z)["optimizer"], st)
     hbm = sy.accelerator.hbm_tbps * 1e12 * eff.hbm_eff
-    t_opt_dev = (1.0 - st.offload_optimizer) * eff.optimizer_bytes_per_param * opt_params / hbm
+    opt_bytes = compute.optimizer_step_bytes(
+        eff.optimizer_bytes_per_param, training.optimizer_state_bytes
+    )
+    t_opt_dev = (1.0 - st.offload_optimizer) * opt_bytes * opt_params / hbm
     off_params = st.offload_optimizer * opt_params
     t_opt_host = safe_div(off_params * (gbytes + 2.0), host) + safe_div(
-        off_params * eff.optimizer_bytes_per_param, eff.cpu_optimizer_gbps * 1e9
+        off_params * opt_bytes, eff.cpu_optimizer_gbps * 1e9
     )
     t_opt = sm.max(t_opt_dev, t_opt_host)
 
@@ -391,7 +438,7 @@ def evaluate_unchecked(
         "forward": n_mb * t_fwd,
         "backward": n_mb * t_bwd,
         "recompute": n_mb * t_rec,
-        "tp_comm": n_mb * n_eff * t_tp,
+        "tp_comm": n_mb * n_eff * t_tp + n_mb * t_tp_16,
         "cp_comm": n_mb * n_eff * t_cp,
         "ep_comm": n_mb * n_eff * t_ep,
         "pp_bubble": bubble,
@@ -420,8 +467,10 @@ def evaluate_unchecked(
             act,
             weight_copy_bytes=training.weight_copy_bytes,
             optimizer_state_bytes=training.optimizer_state_bytes,
+            layers_16bit=k,
+            act_16bit=act16 if low else None,
         )
-        for (idx, n, _, _, out), sp in zip(stages, sparams, strict=True)
+        for (idx, n, _, _, out), sp, k in zip(stages, sparams, kb, strict=True)
     ]
     # DiLoCo's outer state (the anchor weights and the outer Nesterov momentum, fp32), sharded
     # like the optimizer state: 8 bytes per parameter with H > 1.

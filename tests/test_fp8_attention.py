@@ -142,3 +142,21 @@ def test_bridge_recipes_map_fp8_attention_where_the_recipe_sets_it():
     for row in fitted:
         doc, _ = row_to_doc(row)
         assert doc["training"].get("fp8_attention", 0.0) == 0.0, row["id"]
+
+
+def test_evaluate_says_the_expected_error_never_saw_fp8_attention(tmp_path, capsys):
+    """No fitted run used FP8 attention, so the expected error it prints is marked as not
+    validated for it (and only then)."""
+    from test_config_cli import good
+
+    from codesign.cli import main
+
+    for extra, marked in (("", False), ("\nfp8_attention = 1", True)):
+        p = tmp_path / "run.toml"
+        p.write_text(
+            good().replace("global_batch = 512", f'global_batch = 512\nprecision = "fp8"{extra}')
+        )
+        assert main(["evaluate", str(p)]) == 0
+        out = capsys.readouterr().out
+        assert "expected error" in out
+        assert ("used FP8 attention: not validated" in out) == marked

@@ -1,0 +1,168 @@
+"""16-bit layers of an FP8/FP4 run (``Training.bf16_layers_start`` / ``bf16_layers_end``).
+
+Megatron-Core's ``first_last_layers_bf16`` keeps the first ``num_layers_at_start_in_bf16`` and
+the last ``num_layers_at_end_in_bf16`` transformer layers out of FP8 (Megatron-Bridge
+``training/mixed_precision.py``, ``bf16_with_fp8_current_scaling_mixed``: 1 and 1): those
+layers run as in a 16-bit run, on the first and the last pipeline stage.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+from conftest import small_doc
+
+import codesign as cd
+from codesign import compute, memory, pipeline
+from codesign.pipeline import bf16_stage_layers
+from codesign.smoothing import EXACT, Smoothing
+from codesign.step import _stages
+
+
+def _specs(precision="fp8-current", efficiency=None, **strategy):
+    doc = small_doc(**strategy)
+    doc["training"]["precision"] = precision
+    if efficiency:
+        doc["efficiency"] = efficiency
+    return cd.load_run_dict(doc).specs()
+
+
+def test_an_fp8_run_with_every_layer_in_16_bits_is_the_16_bit_run():
+    """Llama 3 8B on one stage (TP 2, DP 32): with all 32 layers kept in 16 bits, an FP8 run
+    takes the BF16 run's time term by term (the output layer is 16-bit in both), at one
+    GEMM efficiency given for both; only its memory still counts FP8 weight caches."""
+    eff = {"gemm_max": 0.75}
+    m, tr, sy, st, e = _specs("bf16", eff, tp=2, pp=1, dp=32)
+    r16 = cd.evaluate(m, tr, sy, st, e)
+    m, tr8, sy, st, e8 = _specs("fp8-current", eff, tp=2, pp=1, dp=32)
+    r8 = cd.evaluate(m, tr8, sy, st, e8)
+    r_all = cd.evaluate(m, tr8.replace(bf16_layers_start=20.0, bf16_layers_end=12.0), sy, st, e8)
+    assert float(r8.step_time_s) < 0.9 * float(r16.step_time_s)
+    for k in ("forward", "backward", "recompute", "tp_comm", "pp_bubble"):
+        assert float(r_all.breakdown_s[k]) == pytest.approx(float(r16.breakdown_s[k]), rel=1e-12)
+    assert float(r_all.memory_gb["activations"]) == pytest.approx(
+        float(r16.memory_gb["activations"]), rel=1e-12
+    )
+    assert float(r_all.memory_gb["weights"]) > float(r16.memory_gb["weights"])
+
+
+def test_a_calibrated_fp8_run_keeps_the_16_bit_gemm_efficiency_for_its_16_bit_layers():
+    """With the calibrated H100 preset an FP8 run takes the FP8 gemm_max; its 16-bit layers
+    take the preset's 16-bit one (gemm_max_16bit), the 16-bit run's."""
+    _, _, _, _, e16 = _specs("bf16")
+    _, _, _, _, e8 = _specs("fp8-current")
+    assert float(e8.gemm_max) != float(e16.gemm_max)
+    assert float(e8.gemm_max_16bit) == float(e16.gemm_max)
+    _, _, _, _, own = _specs("fp8-current", {"gemm_max": 0.7})
+    assert float(own.gemm_max_16bit) == 0.0  # a gemm_max of one's own serves both
+
+
+def test_the_last_stage_pays_for_its_16_bit_layer_by_hand():
+    """PP 4, 8 layers a stage: the last stage (8 layers and the output layer) is the slowest;
+    one 16-bit layer at the end adds one layer's 16-bit forward less its FP8 forward to each
+    micro-batch's forward there, one at the start (on the faster first stage) nothing."""
+    m, tr, sy, st, e = _specs(tp=2, pp=4, dp=8)
+    r0 = cd.evaluate(m, tr, sy, st, e)
+    r_end = cd.evaluate(m, tr.replace(bf16_layers_end=1.0), sy, st, e)
+    r_start = cd.evaluate(m, tr.replace(bf16_layers_start=1.0), sy, st, e)
+    act8 = memory.layer_activation_bytes(m, st, tr.precision)
+    act16 = memory.layer_activation_bytes(m, st, "bf16")
+    fwd8 = compute.layer_times(m, st, sy, e, tr.precision, act8, EXACT)
+    fwd16 = compute.layer_times(
+        m, st, sy, e.replace(gemm_max=e.gemm_max_16bit), "bf16", act16, EXACT
+    )
+    d_fwd = sum(float(fwd16[k] - fwd8[k]) for k in ("gemm", "attention", "elementwise"))
+    assert d_fwd > 0
+    n_mb = 512 / 8  # global batch over dp x micro-batch 1
+    assert float(r_end.breakdown_s["forward"] - r0.breakdown_s["forward"]) == pytest.approx(
+        n_mb * d_fwd, rel=1e-9
+    )
+    assert float(r_start.step_time_s) == float(r0.step_time_s)
+    # ...but the first stage, which holds the most micro-batches in flight, stores more.
+    assert float(r_start.memory_gb["activations"]) > float(r0.memory_gb["activations"])
+
+
+def test_first_stage_activations_by_hand():
+    """The first of 4 stages holds 4 micro-batches in flight (1F1B) of its 8 layers; 2 of them
+    in 16 bits store the 16-bit layer's activations instead."""
+    m, tr, sy, st, e = _specs(tp=2, pp=4, dp=8)
+    act8 = memory.stored_per_layer(memory.layer_activation_bytes(m, st, tr.precision), st)
+    act16 = memory.stored_per_layer(memory.layer_activation_bytes(m, st, "bf16"), st)
+    n_mb = pipeline.num_microbatches(512.0, st.dp, st.microbatch, EXACT)
+    assert float(pipeline.in_flight_chunks(0.0, 4.0, 1.0, n_mb, EXACT)) == 4.0
+    base = memory.stage_memory_bytes(m, st, e, {"dense": 1e9, "expert": 0.0}, n_mb, EXACT,
+                                     layers=8.0, precision=tr.precision)  # fmt: skip
+    two = memory.stage_memory_bytes(m, st, e, {"dense": 1e9, "expert": 0.0}, n_mb, EXACT,
+                                    layers=8.0, precision=tr.precision, layers_16bit=2.0,
+                                    act_16bit=memory.layer_activation_bytes(m, st, "bf16"))  # fmt: skip
+    want = 2.0 * (float(act16) - float(act8)) * 4.0
+    assert float(two["activations"] - base["activations"]) == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "pp, start, end, want",
+    [
+        (1, 1.0, 1.0, (2.0, 0.0, 2.0)),  # one stage holds both ends
+        (4, 1.0, 2.0, (1.0, 0.0, 2.0)),
+        (4, 10.0, 0.0, (8.0, 2.0, 0.0)),  # 2 spill onto the second stage
+        (2, 20.0, 0.0, (16.0, 0.0, 4.0)),  # two stages: the excess goes to the other one
+    ],
+)
+def test_16_bit_layers_by_stage(pp, start, end, want):
+    """Llama 3 8B, 32 layers over ``pp`` stages: the first/middle/last stage's 16-bit layers."""
+    m, tr, sy, st, e = _specs(tp=2, pp=pp, dp=32 // pp)
+    tr = tr.replace(bf16_layers_start=start, bf16_layers_end=end)
+    got = bf16_stage_layers(tr.bf16_layers_start, tr.bf16_layers_end, _stages(m, st, EXACT), EXACT)
+    assert tuple(float(g) for g in got) == want
+
+
+def test_16_bit_layers_are_dynamic_leaves_with_finite_gradients():
+    m, tr, sy, st, e = _specs(tp=2, pp=4, dp=8)
+    sm = Smoothing(exact=False, tau=0.1)
+
+    def step(k):
+        return cd.evaluate_unchecked(
+            m, tr.replace(bf16_layers_start=k[0], bf16_layers_end=k[1]), sy, st, e, sm
+        ).step_time_s
+
+    g = jax.grad(step)(jnp.array([1.0, 1.0]))
+    assert bool(jnp.all(jnp.isfinite(g))) and float(g[1]) > 0
+
+
+@pytest.mark.parametrize(
+    "start, end, field",
+    [(-1.0, 0.0, "training.bf16_layers_start"), (0.0, -2.0, "training.bf16_layers_end"),
+     (20.0, 13.0, "training.bf16_layers_start")],
+)  # fmt: skip
+def test_bad_16_bit_layer_counts_name_the_field(start, end, field):
+    doc = small_doc()
+    doc["training"].update(precision="fp8", bf16_layers_start=start, bf16_layers_end=end)
+    with pytest.raises(cd.SpecError) as err:
+        cd.evaluate(*cd.load_run_dict(doc).specs())
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize("preset", ["llama3-8b", "mixtral-8x7b", "deepseek-v3", "nemotron-h-8b"])
+@pytest.mark.parametrize("precision, fp8_attention", [("fp8-current", 1.0), ("mxfp8", 0.0)])
+def test_sixteen_bit_layer_is_the_layer_evaluated_in_16_bits(preset, precision, fp8_attention):
+    """The cheap 16-bit view of a low-precision layer (GEMMs rescaled by the peak x gemm_max
+    ratio, casts and FP8 attention dropped, 16-bit stored activations) equals layer_times
+    evaluated in bf16 at the 16-bit gemm_max, for GQA, MoE, MLA and Mamba-2 hybrid layers."""
+    doc = small_doc(tp=2, pp=1, dp=32)
+    doc["model"] = {"preset": preset}
+    doc["training"].update(precision=precision)
+    doc["system"] = {"accelerator": "gb200", "num_accelerators": 64}
+    m, tr, sy, st, e = cd.load_run_dict(doc, check=False).specs()
+    e16 = e.replace(gemm_max=0.71)
+    act = memory.layer_activation_bytes(m, st, precision)
+    act16 = memory.layer_activation_bytes(m, st, "bf16")
+    lt = compute.layer_times(m, st, sy, e, precision, act, EXACT, fp8_attention)
+    want = compute.layer_times(m, st, sy, e16, "bf16", act16, EXACT)
+    ratio = (
+        compute.peak_flops(sy, precision) * e.gemm_max / (sy.accelerator.peak_tflops * 1e12 * 0.71)
+    )
+    got = compute.sixteen_bit_layer(lt, act, act16, ratio)
+    for k in ("gemm", "attention", "attention_bwd", "elementwise", "score_elementwise",
+              "layernorm", "mlp", "moe_act", "moe", "mla_up"):  # fmt: skip
+        assert float(got[k]) == pytest.approx(float(want[k]), rel=1e-12, abs=1e-18), k
