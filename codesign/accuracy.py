@@ -33,6 +33,7 @@ def held_out_error(
     calibrated values (the figures are the preset's).  ``untested``: settings of the run that
     no measured run behind the figures used (e.g. ``"FP8 attention"``), listed with them."""
     table = eff_base.get("calibrated_held_out_error")
+    noted = {"untested": list(untested)} if untested else {}
     kind = "moe" if float(model.moe_experts) > 0 else "dense"
     unmeasured = eff_base.get("calibrated_unmeasured_error")
     if not isinstance(table, dict) and isinstance(unmeasured, dict):
@@ -43,7 +44,7 @@ def held_out_error(
             "overridden": overridden,
             "rows": 0,
             "unmeasured_architecture": unmeasured,
-            **({"untested": list(untested)} if untested else {}),
+            **noted,
         }
     if not isinstance(table, dict):
         return None
@@ -54,5 +55,5 @@ def held_out_error(
         "kind": kind,
         "overridden": overridden,
         **stats,
-        **({"untested": list(untested)} if untested else {}),
+        **noted,
     }

@@ -53,8 +53,9 @@ the output layer (logits) stays in BF16 (Transformer Engine recipes keep it in h
 precision), and every quantized GEMM input is cast first, a memory-bound pass of
 :data:`QUANT_BYTES` per element (forward inputs once, backward gradients and transposed
 copies twice).  A low-precision run's ``Training.bf16_layers_start`` / ``_end`` layers are
-16-bit layers (the step model evaluates the layer both ways and charges each such layer's
-difference to its pipeline stage: :func:`codesign.pipeline.bf16_stage_layers`).
+16-bit layers (:func:`sixteen_bit_layer` derives them from the low-precision layer, and the step
+model charges each such layer's difference to its pipeline stage:
+:func:`codesign.pipeline.bf16_stage_layers`).
 """
 
 from __future__ import annotations

@@ -183,9 +183,10 @@ def bf16_stage_layers(start, end, stages: list, sm: Smoothing) -> list:
 
     Megatron-Core keeps the first ``num_layers_at_start_in_bf16`` and the last
     ``num_layers_at_end_in_bf16`` transformer layers out of FP8/FP4 (``first_last_layers_bf16``;
-    ``start`` / ``end``: ``Training.bf16_layers_start`` / ``bf16_layers_end``): they sit on the first and the last
-    pipeline stage, up to its layer count, and what does not fit there on the stages next to
-    it (the middle stage here, at most its layers).  With one stage it holds both.
+    ``start`` / ``end``: ``Training.bf16_layers_start`` / ``bf16_layers_end``): they sit on
+    the first and the last pipeline stage, up to its layer count, and what does not fit there
+    on the stages next to it (the middle stage here, at most its layers).  With one stage it
+    holds both.
     """
     (_, n_first, *_), (_, n_mid, *_), (_, n_last, *_) = stages
     ks, ke = start, end

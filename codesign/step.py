@@ -270,7 +270,7 @@ def evaluate_unchecked(
             for a, b in zip(layer_compute(lt16), (layer_fwd, layer_bwd, layer_rec), strict=True)
         )
     else:
-        act16, d_fwd, d_bwd, d_rec = act, 0.0, 0.0, 0.0
+        act16, d_fwd, d_bwd, d_rec = None, 0.0, 0.0, 0.0
 
     # ---- communication inside a micro-batch, per layer -----------------------------------
     tokens = st.microbatch * m.seq_len / st.cp
@@ -468,7 +468,7 @@ def evaluate_unchecked(
             weight_copy_bytes=training.weight_copy_bytes,
             optimizer_state_bytes=training.optimizer_state_bytes,
             layers_16bit=k,
-            act_16bit=act16 if low else None,
+            act_16bit=act16,
         )
         for (idx, n, _, _, out), sp, k in zip(stages, sparams, kb, strict=True)
     ]
