@@ -258,8 +258,13 @@ def _parse_training(sec: dict) -> Training:
     precision = sec.pop("precision", "bf16")
     if precision not in PRECISIONS:
         raise SpecError("training.precision", precision, f"one of {list(PRECISIONS)}")
+    mixed = sec.pop("first_last_layers_bf16", None)
+    if mixed is not None and not isinstance(mixed, bool):
+        raise SpecError("training.first_last_layers_bf16", mixed, "true or false")
     t = _fill(Training, sec, "training", skip={"precision"})
-    t = dataclasses.replace(t, precision=precision)
+    if mixed is None:  # on when the run has 16-bit layers
+        mixed = t.bf16_layers_start > 0 or t.bf16_layers_end > 0
+    t = dataclasses.replace(t, precision=precision, first_last_layers_bf16=mixed)
     check_training(t)
     return t
 

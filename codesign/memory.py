@@ -244,9 +244,10 @@ def stage_memory_bytes(
     describe the first stage of an even split with the buffer counted: the classic
     single-stage view).  ``act`` is :func:`layer_activation_bytes` when the caller has it.
     ``layers_16bit`` of the stage's layers run in 16 bits in a low-precision run
-    (``Training.bf16_layers_start`` / ``_end``) and store ``act_16bit`` (the 16-bit
-    :func:`layer_activation_bytes`) instead; their quantized-weight cache is still counted
-    (an over-count of at most those layers' 1-2 bytes per weight).
+    (``Training.bf16_layers_start`` / ``_end``): they store ``act_16bit`` (the 16-bit
+    :func:`layer_activation_bytes`) instead and keep no quantized copy of their weights (the
+    cache counts ``1 - layers_16bit / layers`` of the stage's layer weights, each layer of the
+    stage taken as holding an equal share).
     """
     st = strategy
     frac = zero_fractions(st.zero)  # ZeRO stage weights -> sharded fraction of each state
@@ -254,7 +255,9 @@ def stage_memory_bytes(
     shard_w = frac["weights"]
     # The quantized-weight cache covers the layers' GEMM weights, not the embedding and the
     # output layer (kept in BF16).
-    cache = WEIGHT_CACHE_BYTES[precision_family(precision)]
+    # The stage's 16-bit layers keep no quantized copy.
+    n = model.layers / st.pp if layers is None else layers
+    cache = WEIGHT_CACHE_BYTES[precision_family(precision)] * (1.0 - safe_div(layers_16bit, n))
     layer_dense = params_local.get("layer_dense", pd)
     weights = weight_copy_bytes * sharded(pd, pe, shard_w, st)
     weights = weights + cache * sharded(layer_dense, pe, shard_w, st)
@@ -268,7 +271,6 @@ def stage_memory_bytes(
     if act is None:
         act = layer_activation_bytes(model, st, precision)
     per_layer = stored_per_layer(act, st)
-    n = model.layers / st.pp if layers is None else layers
     chunks = pipeline.in_flight_chunks(stage, st.pp, st.interleave, num_microbatches, sm)
     if act_16bit is not None:
         # the 16-bit layers' extra stored activations, in the chunks in flight like the rest

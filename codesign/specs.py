@@ -193,6 +193,13 @@ class Training:
     DiLoCo scaling laws of Charles et al. 2025, arXiv:2503.09799).  1: no penalty."""
     precision: str = struct.field(pytree_node=False, default="bf16")
     """GEMM precision: ``bf16``/``fp16`` (half-precision peak) or ``fp8`` (FP8 peak)."""
+    first_last_layers_bf16: bool = struct.field(pytree_node=False, default=False)
+    """Whether the step model has the 16-bit layers of a low-precision run
+    (``bf16_layers_start`` / ``bf16_layers_end``; Megatron-Core's switch of the same name).
+    Static, as ``precision``: it adds their terms to the compiled program, which costs an FP8
+    sweep about a quarter of its speed, so a run without 16-bit layers leaves it off.
+    :func:`codesign.load_run` turns it on when a count is above 0, and so does a sweep or a
+    grid with a count on an axis; with it off the counts must be 0 (checked before tracing)."""
 
 
 @struct.dataclass(kw_only=True)
@@ -550,6 +557,15 @@ def check_training(training: Training) -> None:
     positive("training.outer_tokens_factor", training.outer_tokens_factor)
     positive("training.bf16_layers_start", training.bf16_layers_start, allow_zero=True)
     positive("training.bf16_layers_end", training.bf16_layers_end, allow_zero=True)
+    if not training.first_last_layers_bf16:
+        for f in ("bf16_layers_start", "bf16_layers_end"):
+            if float(getattr(training, f)) > 0:
+                raise SpecError(
+                    f"training.{f}",
+                    getattr(training, f),
+                    "0 unless training.first_last_layers_bf16 is true (the static switch that "
+                    "puts the 16-bit layers into the step model; load_run sets it)",
+                )
     if not 0.0 <= float(training.fp8_attention) <= 1.0:
         raise SpecError(
             "training.fp8_attention",

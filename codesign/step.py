@@ -255,8 +255,8 @@ def evaluate_unchecked(
     logit_bwd = eff.backward_factor * lt["logits"] + 2.0 * lt["logits_elementwise"]
     # The 16-bit layers of a low-precision run (Training.bf16_layers_start / _end): the same
     # layer in 16 bits, whose difference each such layer adds to its stage (static: nothing
-    # to add in a 16-bit run).
-    low = precision_family(precision) != "half"
+    # to add in a 16-bit run or with the switch first_last_layers_bf16 off).
+    low = training.first_last_layers_bf16 and precision_family(precision) != "half"
     if low:
         act16 = memory.layer_activation_bytes(m, st, "bf16")
         g16 = jnp.where(eff.gemm_max_16bit > 0, eff.gemm_max_16bit, eff.gemm_max)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from conftest import small_doc
 
 import codesign as cd
 from codesign import compute, memory, pipeline
 from codesign.pipeline import bf16_stage_layers
+from codesign.search import sweep
 from codesign.smoothing import EXACT, Smoothing
 from codesign.step import _stages
 
@@ -28,23 +30,27 @@ def _specs(precision="fp8-current", efficiency=None, **strategy):
     return cd.load_run_dict(doc).specs()
 
 
+def _mixed(tr, start, end):
+    """``tr`` with 16-bit layers (and the static switch that puts them in the program)."""
+    return tr.replace(first_last_layers_bf16=True, bf16_layers_start=start, bf16_layers_end=end)
+
+
 def test_an_fp8_run_with_every_layer_in_16_bits_is_the_16_bit_run():
     """Llama 3 8B on one stage (TP 2, DP 32): with all 32 layers kept in 16 bits, an FP8 run
     takes the BF16 run's time term by term (the output layer is 16-bit in both), at one
-    GEMM efficiency given for both; only its memory still counts FP8 weight caches."""
+    GEMM efficiency given for both, and stores what it stores (no FP8 weight cache left)."""
     eff = {"gemm_max": 0.75}
     m, tr, sy, st, e = _specs("bf16", eff, tp=2, pp=1, dp=32)
     r16 = cd.evaluate(m, tr, sy, st, e)
     m, tr8, sy, st, e8 = _specs("fp8-current", eff, tp=2, pp=1, dp=32)
     r8 = cd.evaluate(m, tr8, sy, st, e8)
-    r_all = cd.evaluate(m, tr8.replace(bf16_layers_start=20.0, bf16_layers_end=12.0), sy, st, e8)
+    r_all = cd.evaluate(m, _mixed(tr8, 20.0, 12.0), sy, st, e8)
     assert float(r8.step_time_s) < 0.9 * float(r16.step_time_s)
     for k in ("forward", "backward", "recompute", "tp_comm", "pp_bubble"):
         assert float(r_all.breakdown_s[k]) == pytest.approx(float(r16.breakdown_s[k]), rel=1e-12)
-    assert float(r_all.memory_gb["activations"]) == pytest.approx(
-        float(r16.memory_gb["activations"]), rel=1e-12
-    )
-    assert float(r_all.memory_gb["weights"]) > float(r16.memory_gb["weights"])
+    for k in ("activations", "weights", "total"):
+        assert float(r_all.memory_gb[k]) == pytest.approx(float(r16.memory_gb[k]), rel=1e-12)
+    assert float(r8.memory_gb["weights"]) > float(r16.memory_gb["weights"])
 
 
 def test_a_calibrated_fp8_run_keeps_the_16_bit_gemm_efficiency_for_its_16_bit_layers():
@@ -64,8 +70,8 @@ def test_the_last_stage_pays_for_its_16_bit_layer_by_hand():
     micro-batch's forward there, one at the start (on the faster first stage) nothing."""
     m, tr, sy, st, e = _specs(tp=2, pp=4, dp=8)
     r0 = cd.evaluate(m, tr, sy, st, e)
-    r_end = cd.evaluate(m, tr.replace(bf16_layers_end=1.0), sy, st, e)
-    r_start = cd.evaluate(m, tr.replace(bf16_layers_start=1.0), sy, st, e)
+    r_end = cd.evaluate(m, _mixed(tr, 0.0, 1.0), sy, st, e)
+    r_start = cd.evaluate(m, _mixed(tr, 1.0, 0.0), sy, st, e)
     act8 = memory.layer_activation_bytes(m, st, tr.precision)
     act16 = memory.layer_activation_bytes(m, st, "bf16")
     fwd8 = compute.layer_times(m, st, sy, e, tr.precision, act8, EXACT)
@@ -83,9 +89,9 @@ def test_the_last_stage_pays_for_its_16_bit_layer_by_hand():
     assert float(r_start.memory_gb["activations"]) > float(r0.memory_gb["activations"])
 
 
-def test_first_stage_activations_by_hand():
+def test_first_stage_memory_by_hand():
     """The first of 4 stages holds 4 micro-batches in flight (1F1B) of its 8 layers; 2 of them
-    in 16 bits store the 16-bit layer's activations instead."""
+    in 16 bits store the 16-bit layer's activations instead and keep no FP8 weight copy."""
     m, tr, sy, st, e = _specs(tp=2, pp=4, dp=8)
     act8 = memory.stored_per_layer(memory.layer_activation_bytes(m, st, tr.precision), st)
     act16 = memory.stored_per_layer(memory.layer_activation_bytes(m, st, "bf16"), st)
@@ -98,6 +104,9 @@ def test_first_stage_activations_by_hand():
                                     act_16bit=memory.layer_activation_bytes(m, st, "bf16"))  # fmt: skip
     want = 2.0 * (float(act16) - float(act8)) * 4.0
     assert float(two["activations"] - base["activations"]) == pytest.approx(want, rel=1e-12)
+    # 2 of its 8 layers keep no FP8 copy (2 bytes per weight, unsharded under ZeRO-1)
+    cache = memory.WEIGHT_CACHE_BYTES["fp8"] * 1e9
+    assert float(base["weights"] - two["weights"]) == pytest.approx(2.0 / 8.0 * cache, rel=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -112,7 +121,7 @@ def test_first_stage_activations_by_hand():
 def test_16_bit_layers_by_stage(pp, start, end, want):
     """Llama 3 8B, 32 layers over ``pp`` stages: the first/middle/last stage's 16-bit layers."""
     m, tr, sy, st, e = _specs(tp=2, pp=pp, dp=32 // pp)
-    tr = tr.replace(bf16_layers_start=start, bf16_layers_end=end)
+    tr = _mixed(tr, start, end)
     got = bf16_stage_layers(tr.bf16_layers_start, tr.bf16_layers_end, _stages(m, st, EXACT), EXACT)
     assert tuple(float(g) for g in got) == want
 
@@ -122,9 +131,7 @@ def test_16_bit_layers_are_dynamic_leaves_with_finite_gradients():
     sm = Smoothing(exact=False, tau=0.1)
 
     def step(k):
-        return cd.evaluate_unchecked(
-            m, tr.replace(bf16_layers_start=k[0], bf16_layers_end=k[1]), sy, st, e, sm
-        ).step_time_s
+        return cd.evaluate_unchecked(m, _mixed(tr, k[0], k[1]), sy, st, e, sm).step_time_s
 
     g = jax.grad(step)(jnp.array([1.0, 1.0]))
     assert bool(jnp.all(jnp.isfinite(g))) and float(g[1]) > 0
@@ -166,3 +173,46 @@ def test_sixteen_bit_layer_is_the_layer_evaluated_in_16_bits(preset, precision, 
     for k in ("gemm", "attention", "attention_bwd", "elementwise", "score_elementwise",
               "layernorm", "mlp", "moe_act", "moe", "mla_up"):  # fmt: skip
         assert float(got[k]) == pytest.approx(float(want[k]), rel=1e-12, abs=1e-18), k
+
+
+def test_the_switch_only_changes_the_program():
+    """``first_last_layers_bf16`` on with no 16-bit layer gives the numbers it gives off: the
+    switch is static only because the terms it adds cost a sweep time."""
+    m, tr, sy, st, e = _specs(tp=2, pp=4, dp=8)
+    assert not tr.first_last_layers_bf16
+    off = cd.evaluate(m, tr, sy, st, e)
+    on = cd.evaluate(m, _mixed(tr, 0.0, 0.0), sy, st, e)
+    for a, b in zip(jax.tree_util.tree_leaves(off), jax.tree_util.tree_leaves(on), strict=True):
+        np.testing.assert_allclose(np.asarray(b, float), np.asarray(a, float), rtol=1e-12)
+
+
+def test_load_run_turns_the_switch_on_and_checks_it():
+    doc = small_doc(tp=2, pp=4, dp=8)
+    doc["training"].update(precision="fp8-current", bf16_layers_end=1)
+    assert cd.load_run_dict(doc).training.first_last_layers_bf16
+    doc["training"]["first_last_layers_bf16"] = False
+    with pytest.raises(cd.SpecError) as err:
+        cd.load_run_dict(doc)
+    assert err.value.field == "training.bf16_layers_end"
+    doc["training"]["first_last_layers_bf16"] = 1
+    with pytest.raises(cd.SpecError) as err:
+        cd.load_run_dict(doc)
+    assert err.value.field == "training.first_last_layers_bf16"
+
+
+def test_a_sweep_over_16_bit_layers_turns_the_switch_on():
+    """A sweep whose axis is a 16-bit layer count, from a run without any, evaluates each point
+    as the run loaded with that count (its best point is the run without 16-bit layers, the
+    others slower)."""
+    doc = small_doc(tp=2, pp=4, dp=8)
+    doc["training"]["precision"] = "fp8-current"
+    cfg = cd.load_run_dict(doc)
+    res = sweep(cfg, {"training.bf16_layers_end": [0.0, 1.0, 2.0]}, progress=False, top_k=3)
+    assert [res.point(i)["training.bf16_layers_end"] for i in range(3)] == [0.0, 1.0, 2.0]
+    for i in range(3):
+        k = res.point(i)["training.bf16_layers_end"]
+        doc["training"]["bf16_layers_end"] = k
+        want = float(cd.evaluate(*cd.load_run_dict(doc).specs()).step_time_s)
+        assert float(res.best_values[i]) == pytest.approx(want, rel=1e-9)
+        assert res.config(i, cfg).training.first_last_layers_bf16
+    assert res.best_values[0] < res.best_values[1] < res.best_values[2]

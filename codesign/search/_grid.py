@@ -116,7 +116,13 @@ def set_leaf(specs: dict, path: str, value) -> dict:
         raise SpecError(
             "sweep axis", path, "a leaf path of model/training/system/strategy/efficiency"
         ) from None
-    return _set(specs, _split(path), value)
+    out = _set(specs, _split(path), value)
+    if path in _BF16_LAYER_PATHS:  # the 16-bit layers' terms join the program
+        out["training"] = dataclasses.replace(out["training"], first_last_layers_bf16=True)
+    return out
+
+
+_BF16_LAYER_PATHS = ("training.bf16_layers_start", "training.bf16_layers_end")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
