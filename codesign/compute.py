@@ -50,7 +50,8 @@ independent).
 
 Low precisions (:func:`peak_flops`): FP8 and FP4 GEMMs run at the accelerator's FP8/FP4 peak;
 the output layer (logits) stays in BF16 (Transformer Engine recipes keep it in high
-precision), and every quantized GEMM input is cast first, a memory-bound pass of
+precision; Megatron-Core builds it outside Transformer Engine's FP8 autocast) and runs at the
+16-bit GEMM efficiency (:func:`gemm_max_16bit`), and every quantized GEMM input is cast first, a memory-bound pass of
 :data:`QUANT_BYTES` per element (forward inputs once, backward gradients and transposed
 copies twice).  A low-precision run's ``Training.bf16_layers_start`` / ``_end`` layers are
 16-bit layers (:func:`sixteen_bit_layer` derives them from the low-precision layer, and the step
@@ -72,6 +73,7 @@ __all__ = [
     "QUANT_BYTES",
     "flex_mix",
     "gemm_efficiency",
+    "gemm_max_16bit",
     "gemm_time",
     "layer_times",
     "optimizer_step_bytes",
@@ -154,6 +156,12 @@ def gemm_efficiency(m, n, k, eff: Efficiency, sm: Smoothing):
     return eff.gemm_max * safe_div(d, d + eff.gemm_half_dim)
 
 
+def gemm_max_16bit(eff: Efficiency):
+    """``gemm_max`` of a low-precision run's 16-bit GEMMs (the output layer, the 16-bit
+    layers): ``eff.gemm_max_16bit``, or ``eff.gemm_max`` where that is 0 (not given)."""
+    return jnp.where(eff.gemm_max_16bit > 0, eff.gemm_max_16bit, eff.gemm_max)
+
+
 def gemm_time(m, n, k, peak, eff: Efficiency, sm: Smoothing):
     """Seconds for a ``(m x k) @ (k x n)`` GEMM: ``2 m n k / (peak * efficiency)``."""
     return safe_div(2.0 * m * n * k, peak * gemm_efficiency(m, n, k, eff, sm))
@@ -210,7 +218,8 @@ def layer_times(
     softmax and dropout), ``layernorm``, ``mlp`` (dense MLP GEMMs and activation), ``moe_act``
     (the experts' activation function), ``moe`` (the whole MoE layer), ``mla_up`` (MLA
     up-projections); then ``logits`` (forward GEMM of the output layer, once per model, in
-    16-bit) and ``logits_elementwise`` (softmax cross-entropy over the logits: 16-bit GEMM
+    16 bits, at the 16-bit ``gemm_max`` in a low-precision run: :func:`gemm_max_16bit`) and
+    ``logits_elementwise`` (softmax cross-entropy over the logits: 16-bit GEMM
     output plus its fp32 copy, ``6 tokens V / t`` bytes times ``elementwise_traffic``).
     ``act`` holds the per-layer activation bytes of :func:`codesign.memory.layer_activation_bytes`.
 
@@ -317,7 +326,10 @@ def layer_times(
     quant = QUANT_BYTES[precision] * tokens * quant_elems / hbm
     elementwise = eff.elementwise_traffic * act["none"] / hbm + moe_permute + quant
     score_elementwise = eff.elementwise_traffic * act["scores"] / hbm
-    logits = gemm_time(tokens, m.vocab / st.tp, h, peak_half, eff, sm)
+    eff_16 = (
+        eff if precision_family(precision) == "half" else eff.replace(gemm_max=gemm_max_16bit(eff))
+    )
+    logits = gemm_time(tokens, m.vocab / st.tp, h, peak_half, eff_16, sm)
     logits_elementwise = eff.elementwise_traffic * (2.0 + 4.0) * tokens * m.vocab / st.tp / hbm
     # Parts that selective recomputation re-runs (forward time of each).
     traffic = eff.elementwise_traffic / hbm

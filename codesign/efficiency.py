@@ -53,9 +53,11 @@ class Efficiency:
     roughly 70-85 % of dense peak on A100/H100 (NVIDIA, "Matrix Multiplication Background"
     user guide); calibrated per accelerator and stack in ``codesign/hardware/efficiency.toml``."""
     gemm_max_16bit: float = 0.0
-    """``gemm_max`` of the 16-bit GEMMs of an FP8/FP4 run's 16-bit layers
-    (``Training.bf16_layers_start`` / ``_end``); 0 (the default): ``gemm_max``.  A calibrated
-    preset sets it to its 16-bit value when the run's precision takes the low-precision one."""
+    """``gemm_max`` of the 16-bit GEMMs of an FP8/FP4 run: its output layer and its 16-bit
+    layers (``Training.bf16_layers_start`` / ``_end``); 0 (the default): ``gemm_max``.  A
+    calibrated preset sets it to its 16-bit value when the run's precision takes the
+    low-precision one, and the calibration ties it to the fitted 16-bit ``gemm_max`` of the
+    row's generation and stack (``codesign.calibration._fit.TIED``)."""
     gemm_half_dim: float = 96.0
     """Arithmetic intensity (FLOP/byte) at which a GEMM reaches half of ``gemm_max``.
     Estimate (the curve's knee, near the A100/H100 machine balance); calibrated."""

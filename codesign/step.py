@@ -259,7 +259,7 @@ def evaluate_unchecked(
     low = training.first_last_layers_bf16 and precision_family(precision) != "half"
     if low:
         act16 = memory.layer_activation_bytes(m, st, "bf16")
-        g16 = jnp.where(eff.gemm_max_16bit > 0, eff.gemm_max_16bit, eff.gemm_max)
+        g16 = compute.gemm_max_16bit(eff)
         ratio = safe_div(
             compute.peak_flops(sy, precision) * eff.gemm_max,
             sy.accelerator.peak_tflops * 1e12 * g16,

@@ -216,3 +216,17 @@ def test_a_sweep_over_16_bit_layers_turns_the_switch_on():
         assert float(res.best_values[i]) == pytest.approx(want, rel=1e-9)
         assert res.config(i, cfg).training.first_last_layers_bf16
     assert res.best_values[0] < res.best_values[1] < res.best_values[2]
+
+
+def test_the_output_layer_of_an_fp8_run_runs_at_the_16_bit_gemm_max():
+    """The output layer stays in BF16 in an FP8 run: its GEMM takes the 16-bit peak and the
+    16-bit ``gemm_max`` (``gemm_max_16bit``; ``gemm_max`` where that is 0), as in a BF16 run."""
+    m, tr, sy, st, e = _specs("fp8-current", {"gemm_max": 0.6})
+    act = memory.layer_activation_bytes(m, st, tr.precision)
+    act16 = memory.layer_activation_bytes(m, st, "bf16")
+    half = compute.layer_times(m, st, sy, e.replace(gemm_max=0.75), "bf16", act16, EXACT)
+    tied = compute.layer_times(m, st, sy, e.replace(gemm_max_16bit=0.75), tr.precision, act, EXACT)
+    own = compute.layer_times(m, st, sy, e, tr.precision, act, EXACT)
+    assert float(tied["logits"]) == pytest.approx(float(half["logits"]), rel=1e-12)
+    assert float(own["logits"]) == pytest.approx(float(half["logits"]) * 0.75 / 0.6, rel=1e-12)
+    assert float(tied["gemm"]) == float(own["gemm"])  # the FP8 GEMMs keep gemm_max

@@ -131,6 +131,42 @@ def test_grouped_parameter_gathers_per_row_label(synthetic):
         assert got[i] == pytest.approx(ref, rel=1e-12)
 
 
+def _fp8(cfg):
+    return dataclasses.replace(cfg, training=cfg.training.replace(precision="fp8-current"))
+
+
+def test_an_fp8_row_s_16_bit_gemm_max_is_its_16_bit_label_s_value(synthetic):
+    """``gemm_max_16bit`` is tied (``_grouping.TIED``): an FP8 row's output layer takes the
+    ``gemm_max`` fitted on its 16-bit label, from the same table, and a fit recovers both
+    values from the FP8 and BF16 rows' times (the FP8 rows alone could not tell them apart
+    as cleanly: the logits are a small share of their step)."""
+    rows, _ = synthetic
+    rows = [*rows, *(_fp8(c) for c in rows)]
+    groups = {
+        "gemm_max": ["h100/x"] * 4 + ["h100-fp8/x"] * 4,
+        "gemm_max_16bit": [None] * 4 + ["h100/x"] * 4,
+    }
+    truth = {"gemm_max": {"h100/x": 0.75, "h100-fp8/x": 0.6}}
+    t = predict_step_times(rows, truth, groups)
+    for i in (0, 4):
+        eff = rows[i].efficiency.replace(gemm_max=0.75 if i < 4 else 0.6)
+        eff = eff.replace(gemm_max_16bit=0.0 if i < 4 else 0.75)
+        ref = float(cd.evaluate(*rows[i].specs()[:4], eff).step_time_s)
+        assert t[i] == pytest.approx(ref, rel=1e-12)
+    untied = predict_step_times(rows, truth, {"gemm_max": groups["gemm_max"]})
+    assert np.all(untied[4:] > t[4:])  # the output layer at 0.6, not 0.75
+    fit = calibrate(rows, t, cd.Efficiency(), ["gemm_max"], groups, steps=400, prior=0.0)
+    for lab, v in truth["gemm_max"].items():
+        assert fit.values["gemm_max"][lab] == pytest.approx(v, rel=1e-3)
+    # A label no training row carries resolves along its fallback chain (h100 -> a100).
+    only8 = np.array([0.0] * 4 + [1.0] * 4)
+    g = {**groups, "gemm_max": ["a100/x"] * 4 + ["h100-fp8/x"] * 4}
+    g["gemm_max_16bit"] = [None] * 4 + ["h100/x"] * 4
+    fit = calibrate(rows, t, cd.Efficiency(), ["gemm_max"], g, steps=50, weights=only8)
+    assert "a100/x" not in fit.values["gemm_max"]  # no fitted 16-bit label: the row's own
+    assert resolved_groups(g, fit.values)["gemm_max_16bit"] == [None] * 8
+
+
 def test_tier_efficiency_replaces_each_tier(synthetic):
     rows, _ = synthetic
     c = rows[0]

@@ -60,6 +60,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from codesign.calibration._grouping import TIED, _resolve
 from codesign.specs import Efficiency
 from codesign.step import evaluate_unchecked
 
@@ -276,6 +277,14 @@ def _index_arrays(names, labels, tables_labels, groups_ix):
     return out
 
 
+def _tied_names(names, groups) -> tuple:
+    """The :data:`~codesign.calibration._grouping.TIED` parameters with labels in ``groups``
+    whose source is among ``names``."""
+    return tuple(
+        t for t, src in TIED.items() if src in names and groups is not None and t in groups
+    )
+
+
 def _apply(values: dict, stacked: tuple, index: dict) -> tuple:
     """Stacked specs with the fitted parameters gathered per row (``values``: constrained)."""
     model, training, system, strategy, eff = stacked
@@ -285,6 +294,10 @@ def _apply(values: dict, stacked: tuple, index: dict) -> tuple:
             continue
         idx, mask = index[n]
         repl[n] = jnp.where(mask, table[idx], getattr(eff, n))
+    for n, src in TIED.items():  # another label's entry of the source's table
+        if n in index and src in values:
+            idx, mask = index[n]
+            repl[n] = jnp.where(mask, values[src][idx], getattr(eff, n))
     if repl:
         eff = dataclasses.replace(eff, **repl)
     if TIER_EFFICIENCY in values:
@@ -458,7 +471,10 @@ def calibrate(
             (``Efficiency`` fields and ``"tier_efficiency"``).
         groups: ``name -> per-row labels``; a parameter without an entry is shared (label
             ``"all"``).  For ``"tier_efficiency"`` each row's label is a tuple with one label
-            per tier (``None`` keeps that tier's own efficiency).
+            per tier (``None`` keeps that tier's own efficiency).  A
+            :data:`~codesign.calibration._grouping.TIED` parameter's labels (``None``: keep the
+            row's own value) pick an entry of its fitted source's table: the first of the label
+            and its fallback chain that a training row carries.
         steps: Adam steps (cosine-decayed learning rate from ``learning_rate``).
         lbfgs_steps: L-BFGS steps after Adam (0: none).
         weights: per-row weights ``[N]`` (default 1); weight 0 leaves a row out of the fit.
@@ -498,8 +514,15 @@ def calibrate(
         nm: jnp.asarray([to_unconstrained(nm, start[nm][lab]) for lab in tables_labels[nm]])
         for nm in names
     }
+    tied = _tied_names(names, groups)
+    for t in tied:  # resolved against this split's fitted labels of the source
+        src = TIED[t]
+        labels[t] = [
+            _resolve(lab, fitted_labels[src]) for lab in _labels_for(t, groups, n, n_tiers)
+        ]
+        tables_labels[t] = tables_labels[src]
     groups_ix = group_rows(rows)
-    index_list = _index_arrays(names, labels, tables_labels, groups_ix)
+    index_list = _index_arrays((*names, *tied), labels, tables_labels, groups_ix)
     stacked_list = [s for _, s in groups_ix]
     logm_list = [jnp.asarray(np.log(meas[ix])) for ix, _ in groups_ix]
     w_list = [jnp.asarray(w[ix]) for ix, _ in groups_ix]
@@ -554,8 +577,14 @@ def predict_step_times(
             tables_labels[nm] = [ALL]
             tables[nm] = jnp.asarray([float(v)])
             labels[nm] = _labels_for(nm, None, n, n_tiers)
+    tied = _tied_names(tuple(values), groups)
+    for t in tied:  # labels given already resolved (resolved_groups)
+        src = values[TIED[t]]
+        own = _labels_for(t, groups, n, n_tiers)
+        tables_labels[t] = tables_labels[TIED[t]]
+        labels[t] = own if isinstance(src, Mapping) else [None if x is None else ALL for x in own]
     groups_ix = group_rows(rows)
-    index_list = _index_arrays(tuple(values), labels, tables_labels, groups_ix)
+    index_list = _index_arrays((*values, *tied), labels, tables_labels, groups_ix)
     times = _predict_jit(tables, [s for _, s in groups_ix], index_list)
     out = np.empty(n)
     for (ix, _), t in zip(groups_ix, times, strict=True):

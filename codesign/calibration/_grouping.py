@@ -32,6 +32,7 @@ __all__ = [
     "NEAREST_GENERATION",
     "SAME_SILICON",
     "PARAM_GROUPING",
+    "TIED",
     "STACK_FALLBACK",
     "borrowed_labels",
     "config_labels",
@@ -186,6 +187,14 @@ precision (FP8 GEMMs get their own ``gemm_max``), or one per fabric kind (scale-
 (:data:`~codesign.calibration._rows.STACK_OF_SOURCE`): the same H100s reach a lower MFU under
 2023 Composer/FSDP than under 2024-25 NeMo (the report gives the published ranges)."""
 
+TIED = {"gemm_max_16bit": "gemm_max"}
+"""Parameters that are not fitted on their own but take another one's fitted value under a
+label of their own: a low-precision row's ``gemm_max_16bit`` (the efficiency of its 16-bit
+GEMMs: the output layer, any 16-bit layers) is the ``gemm_max`` its 16-bit GEMMs have in a
+16-bit run, the value of its ``gemm_max`` grouping without the precision (generation and
+stack), as a calibrated preset gives it (``codesign.config``: ``gemm_max_16bit``).  16-bit
+rows have no such label (``None``: their 16-bit GEMMs take ``gemm_max`` itself)."""
+
 DEFAULT_PARAMS = (
     "gemm_max",
     "gemm_half_dim",
@@ -268,6 +277,7 @@ def config_labels(cfg) -> dict:
     tiers = tuple(cfg.names["tiers"])
     stack = cfg.names.get("stack") or "any"
     labels = {
+        "low_precision": precision_family(cfg.training.precision) != "half",
         "generation": gen,
         "generation+precision": gen + precision_label(cfg.training.precision),
         "generation+attention": gen + ("" if float(cfg.strategy.flash_attention) else "-unfused"),
@@ -281,7 +291,9 @@ def config_labels(cfg) -> dict:
 
 
 def groups_for(points: list[dict], params, grouping: dict | None = None) -> dict:
-    """Per-row labels of every grouped parameter of ``params`` (shared ones are left out)."""
+    """Per-row labels of every grouped parameter of ``params`` (shared ones are left out), and
+    of each :data:`TIED` parameter whose source is grouped by precision (its low-precision
+    rows' labels of the source's grouping without the precision; ``None`` on 16-bit rows)."""
     grouping = {**PARAM_GROUPING, **(grouping or {})}
     out = {}
     for p_name in params:
@@ -289,10 +301,21 @@ def groups_for(points: list[dict], params, grouping: dict | None = None) -> dict
         if kind == "shared":
             continue
         out[p_name] = [pt["labels"][kind] for pt in points]
+    for tied, src in TIED.items():
+        kind = grouping.get(src, "shared")
+        if src in out and "+precision" in kind:
+            kind16 = kind.replace("+precision", "")
+            out[tied] = [
+                pt["labels"][kind16] if pt["labels"]["low_precision"] else None for pt in points
+            ]
     return out
 
 
-def _resolve(label, fitted: dict):
+def _resolve(label, fitted):
+    """The first label of ``label`` and its :func:`fallback_chain` that is in ``fitted``
+    (``None`` for none, or when ``label`` is ``None``)."""
+    if label is None:
+        return None
     for lab in (label, *fallback_chain(label)):
         if lab in fitted:
             return lab
@@ -318,7 +341,7 @@ def resolved_groups(groups: dict, values: dict) -> dict:
     """Row labels mapped to fitted labels through :data:`LABEL_FALLBACK` (None: keep own)."""
     out = {}
     for name, labs in groups.items():
-        fitted = values[name]
+        fitted = values[name] if name in values else values[TIED[name]]
         if name == "tier_efficiency":
             out[name] = [tuple(_resolve(x, fitted) for x in t) for t in labs]
         else:

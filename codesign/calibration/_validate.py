@@ -143,12 +143,7 @@ def run_validation(
         for rr in dataset["ranges"]:
             mbs = sorted(rr["configs"])
             rc = [rr["configs"][mb] for mb in mbs]
-            labs = [config_labels(c) for c in rc]
-            g = {}
-            for p_name in params:
-                kind = grouping.get(p_name, "shared")
-                if kind != "shared":
-                    g[p_name] = [lab[kind] for lab in labs]
+            g = groups_for([{"labels": config_labels(c)} for c in rc], params, grouping)
             b = predict_step_times(rc, {})
             a = predict_step_times(rc, final["values"], resolved_groups(g, final["values"]))
             m = rr["measured_s"]
