@@ -51,9 +51,9 @@ independent).
 Low precisions (:func:`peak_flops`): FP8 and FP4 GEMMs run at the accelerator's FP8/FP4 peak;
 the output layer (logits) stays in BF16 (Transformer Engine recipes keep it in high
 precision; Megatron-Core builds it outside Transformer Engine's FP8 autocast) and runs at the
-16-bit GEMM efficiency (:func:`gemm_max_16bit`), and every quantized GEMM input is cast first, a memory-bound pass of
-:data:`QUANT_BYTES` per element (forward inputs once, backward gradients and transposed
-copies twice).  A low-precision run's ``Training.bf16_layers_start`` / ``_end`` layers are
+16-bit GEMM efficiency (:func:`gemm_max_16bit`), and every quantized GEMM input is cast
+first, a memory-bound pass of :data:`QUANT_BYTES` per element (forward inputs once, backward
+gradients and transposed copies twice).  A low-precision run's ``Training.bf16_layers_start`` / ``_end`` layers are
 16-bit layers (:func:`sixteen_bit_layer` derives them from the low-precision layer, and the step
 model charges each such layer's difference to its pipeline stage:
 :func:`codesign.pipeline.bf16_stage_layers`).

@@ -57,7 +57,7 @@ class Efficiency:
     layers (``Training.bf16_layers_start`` / ``_end``); 0 (the default): ``gemm_max``.  A
     calibrated preset sets it to its 16-bit value when the run's precision takes the
     low-precision one, and the calibration ties it to the fitted 16-bit ``gemm_max`` of the
-    row's generation and stack (``codesign.calibration._fit.TIED``)."""
+    row's generation and stack (``codesign.calibration._grouping.TIED``)."""
     gemm_half_dim: float = 96.0
     """Arithmetic intensity (FLOP/byte) at which a GEMM reaches half of ``gemm_max``.
     Estimate (the curve's knee, near the A100/H100 machine balance); calibrated."""
