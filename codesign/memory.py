@@ -234,6 +234,7 @@ def stage_memory_bytes(
     optimizer_state_bytes=12.0,
     layers_16bit=0.0,
     act_16bit: dict | None = None,
+    in_flight_16bit=None,
 ) -> dict:
     """Bytes per accelerator by term on one pipeline stage.
 
@@ -247,7 +248,10 @@ def stage_memory_bytes(
     (``Training.bf16_layers_start`` / ``_end``): they store ``act_16bit`` (the 16-bit
     :func:`layer_activation_bytes`) instead and keep no quantized copy of their weights (the
     cache counts ``1 - layers_16bit / layers`` of the stage's layer weights, each layer of the
-    stage taken as holding an equal share).
+    stage taken as holding an equal share).  ``in_flight_16bit`` is the number of their
+    layer-micro-batches held at the stage's peak (:func:`codesign.pipeline.bf16_in_flight`:
+    under the interleaved schedule the first and the last chunk hold other counts than the
+    stage's average); default ``layers_16bit`` at the average, ``in_flight_chunks / v``.
     """
     st = strategy
     frac = zero_fractions(st.zero)  # ZeRO stage weights -> sharded fraction of each state
@@ -272,12 +276,12 @@ def stage_memory_bytes(
         act = layer_activation_bytes(model, st, precision)
     per_layer = stored_per_layer(act, st)
     chunks = pipeline.in_flight_chunks(stage, st.pp, st.interleave, num_microbatches, sm)
-    if act_16bit is not None:
-        # the 16-bit layers' extra stored activations, in the chunks in flight like the rest
-        per_layer = per_layer + safe_div(layers_16bit, n) * (
-            stored_per_layer(act_16bit, st) - per_layer
-        )
-    activations = per_layer * n / st.interleave * chunks * (1.0 - st.offload_activations)
+    activations = per_layer * n / st.interleave * chunks
+    if act_16bit is not None:  # the 16-bit layers' extra stored activations
+        if in_flight_16bit is None:
+            in_flight_16bit = layers_16bit * chunks / st.interleave
+        activations = activations + in_flight_16bit * (stored_per_layer(act_16bit, st) - per_layer)
+    activations = activations * (1.0 - st.offload_activations)
     # Full recomputation re-materializes one layer at a time.
     activations = activations + st.recompute[2] * act["none"]
 

@@ -28,7 +28,11 @@ many point-to-point transfers.
 interleaved schedule Megatron-Core warms up ``2 (p - r - 1) + (v - 1) p`` chunk passes before
 its first backward, so ``2 (p - r - 1) + (v - 1) p + 1`` chunks of ``n_r / v`` layers are held
 (capped by the ``m v`` chunks of the step).  For ``r = 0`` this is ``n p (1 + (p - 1)/(p v))``,
-the factor of Korthikanti et al. 2022, Sec. 4.2.3.
+the factor of Korthikanti et al. 2022, Sec. 4.2.3.  They are not spread evenly over the
+chunks: at the peak the first chunk holds ``min(2p, T_r)`` of the ``T_r`` and the last one
+``min(p, 2 (p - r) - 1)`` (:func:`end_chunks_in_flight`), which counts for the 16-bit layers of
+a low-precision run, which sit in the first chunk of the first stage and the last chunk of
+the last one (:func:`bf16_stage_layers`, :func:`bf16_in_flight`).
 
 **Point-to-point**: each micro-batch sends its activations forward and its gradients backward
 across each of the ``v`` chunk boundaries of a rank, ``b s h / (t cp)`` half-precision elements
@@ -177,23 +181,75 @@ def in_flight_chunks(stage, pp, interleave, num_mb, sm: Smoothing):
     return sm.min(chunks, num_mb * interleave)
 
 
-def bf16_stage_layers(start, end, stages: list, sm: Smoothing) -> list:
-    """16-bit layers on the first, a middle and the last stage (``stages``: the step model's
-    ``(index, layers, ...)`` of each, :func:`codesign.step.evaluate_unchecked`).
+def end_chunks_in_flight(stage, pp, interleave, num_mb, sm: Smoothing):
+    """Micro-batches that stage ``stage`` (0-based) holds of its first and of its last model
+    chunk at its peak (when it holds :func:`in_flight_chunks` chunk passes in all): where a
+    stage's 16-bit first or last layers sit.
+
+    At ``v = 1`` both are the stage's ``p - r``.  Under the interleaved schedule Megatron-Core
+    runs the forward passes in groups of ``p`` micro-batches per chunk (chunk ``(k mod pv) // p``)
+    and the backward passes from the last chunk down, so at the peak the first chunk holds
+    ``min(2p, T_r)`` (its first group and the next warm-up group; ``T_r`` the stage's total) and
+    the last chunk ``min(p, 2 (p - r) - 1)``: one on the last stage, whose last chunk goes
+    backward as soon as it went forward; each at most the ``m`` micro-batches of the step.
+    (Checked against a simulation of the schedule in ``tests/test_bf16_layers.py``.)
+
+    Example (8 stages, 4 chunks, 64 micro-batches: the first stage holds 39 chunk passes, the
+    last 25):
+        >>> from codesign.smoothing import EXACT
+        >>> [tuple(float(c) for c in end_chunks_in_flight(r, 8.0, 4.0, 64.0, EXACT)) for r in (0, 7)]
+        [(16.0, 8.0), (16.0, 1.0)]
+    """
+    total = in_flight_chunks(stage, pp, interleave, num_mb, sm)
+    il = sm.step(interleave - 1.0)
+    first = sm.min(2.0 * pp, total, num_mb)
+    last = sm.min(pp, 2.0 * (pp - stage) - 1.0, num_mb)
+    return il * first + (1.0 - il) * total, il * last + (1.0 - il) * total
+
+
+def bf16_in_flight(layers, stage, strategy, num_mb, sm: Smoothing):
+    """Layer-micro-batches of 16-bit layers that stage ``stage`` holds at its peak:
+    ``layers`` is its ``(at the start, at the end)`` pair of :func:`bf16_stage_layers`, the
+    first in its first chunk, the second in the last chunk of the stage that holds the end's
+    spill (the last but one for the middle stage), each at :func:`end_chunks_in_flight`."""
+    st = strategy
+    end_stage = jnp.where((stage > 0) & (stage < st.pp - 1.0), st.pp - 2.0, stage)
+    first, _ = end_chunks_in_flight(stage, st.pp, st.interleave, num_mb, sm)
+    _, last = end_chunks_in_flight(end_stage, st.pp, st.interleave, num_mb, sm)
+    return layers[0] * first + layers[1] * last
+
+
+def bf16_stage_layers(start, end, stages: list, sm: Smoothing, interleave=1.0) -> list:
+    """16-bit layers on the first, a middle and the last stage, as ``(at the start, at the
+    end)`` pairs (``stages``: the step model's ``(index, layers, ...)`` of each,
+    :func:`codesign.step.evaluate_unchecked`).
 
     Megatron-Core keeps the first ``num_layers_at_start_in_bf16`` and the last
     ``num_layers_at_end_in_bf16`` transformer layers out of FP8/FP4 (``first_last_layers_bf16``;
-    ``start`` / ``end``: ``Training.bf16_layers_start`` / ``bf16_layers_end``): they sit on
-    the first and the last pipeline stage, up to its layer count, and what does not fit there
-    on the stages next to it (the middle stage here, at most its layers).  With one stage it
-    holds both.
+    ``start`` / ``end``: ``Training.bf16_layers_start`` / ``bf16_layers_end``).  The model's
+    layers run through the first chunk of every stage, then the second chunk of every stage,
+    and so on, so the first layers fill the first stage's first chunk (``n / v`` of its ``n``
+    layers; all of them at ``v = 1``) and the last layers the last stage's last chunk; what
+    does not fit there goes to the next stage's (the middle stage here, which stands for the
+    second stage and for the last but one, and takes the larger spill, at most its chunk).
+    With two stages each takes the other's excess; with one stage it holds both.
     """
     (_, n_first, *_), (_, n_mid, *_), (_, n_last, *_) = stages
+    il = sm.step(interleave - 1.0)
+    v = jnp.maximum(interleave, 1.0)
+    c_first, c_mid, c_last = n_first / v, n_mid / v, n_last / v  # a chunk of each stage
     ks, ke = start, end
     single = 1.0 - sm.step(stages[2][0])  # the last stage's index is pp - 1
     two = (1.0 - single) * (1.0 - sm.step(n_mid))  # two stages: each takes the other's excess
-    spill_s = sm.relu(ks - n_first, scale=1.0)
-    spill_e = sm.relu(ke - n_last, scale=1.0)
-    first = jnp.minimum(ks + single * ke + two * spill_e, n_first)
-    last = jnp.minimum(ke + single * ks + two * spill_s, n_last)
-    return [first, jnp.minimum(jnp.maximum(spill_s, spill_e), n_mid), last]
+    spill_s = sm.relu(ks - c_first, scale=1.0)
+    spill_e = sm.relu(ke - c_last, scale=1.0)
+    # At v = 1 the first and the last chunk are one chunk: what the one end takes, the other
+    # cannot.
+    first_s = jnp.minimum(ks, c_first)
+    first_e = jnp.minimum(single * ke + two * spill_e, c_first - (1.0 - il) * first_s)
+    last_e = (1.0 - single) * jnp.minimum(ke, c_last)
+    last_s = (1.0 - single) * jnp.minimum(two * spill_s, c_last - (1.0 - il) * last_e)
+    last_s, last_e = last_s + single * first_s, last_e + single * first_e
+    mid = jnp.minimum(jnp.maximum(spill_s, spill_e), c_mid)
+    mid_s = jnp.where(spill_s >= spill_e, mid, 0.0)
+    return [(first_s, first_e), (mid_s, mid - mid_s), (last_s, last_e)]

@@ -26,7 +26,7 @@ hides it (gradient buckets reduce during the last backward; the distributed opti
 parameter all-gather overlaps the next forward; with ``overlap_param_gather`` off that
 all-gather is exposed), and for ZeRO-3 the compute of all micro-batches (parameter prefetch).
 A low-precision run's 16-bit layers (``Training.bf16_layers_start`` / ``_end``) add their
-extra 16-bit time to the first and last stage (:func:`codesign.pipeline.bf16_stage_layers`),
+extra 16-bit time to the stages that hold them (:func:`codesign.pipeline.bf16_stage_layers`),
 and the optimizer step moves :func:`codesign.compute.optimizer_step_bytes` per parameter.
 
 Everything is an array: :func:`evaluate` is jit-compiled once per static structure (number
@@ -346,13 +346,13 @@ def evaluate_unchecked(
     stages = _stages(m, st, sm)
     stage_t = [sg[1] * per_layer + sg[4] * per_logit for sg in stages]
     if low:  # each 16-bit layer adds its extra seconds to its stage
-        kb = pipeline.bf16_stage_layers(
-            training.bf16_layers_start, training.bf16_layers_end, stages, sm
+        kse = pipeline.bf16_stage_layers(
+            training.bf16_layers_start, training.bf16_layers_end, stages, sm, st.interleave
         )
         d_layer = d_fwd + d_bwd + d_rec + d_tp
-        stage_t = [t + k * d_layer for t, k in zip(stage_t, kb, strict=True)]
+        stage_t = [t + sum(k) * d_layer for t, k in zip(stage_t, kse, strict=True)]
     else:
-        kb = [0.0, 0.0, 0.0]
+        kse = [(0.0, 0.0)] * 3
     tw = sm.argmax_weights(*stage_t)
     n_eff = sum(wi * sg[1] for wi, sg in zip(tw, stages, strict=True))
     out_eff = sum(wi * sg[4] for wi, sg in zip(tw, stages, strict=True))
@@ -361,7 +361,7 @@ def evaluate_unchecked(
     t_rec = n_eff * layer_rec
     t_tp_16 = 0.0  # the 16-bit layers' extra tensor-parallel time
     if low:
-        kb_eff = sum(wi * k for wi, k in zip(tw, kb, strict=True))
+        kb_eff = sum(wi * sum(k) for wi, k in zip(tw, kse, strict=True))
         t_fwd, t_bwd = t_fwd + kb_eff * d_fwd, t_bwd + kb_eff * d_bwd
         t_rec, t_tp_16 = t_rec + kb_eff * d_rec, kb_eff * d_tp
     t_mb = t_fwd + t_bwd + t_rec + n_eff * (t_tp + t_cp + t_ep + t_off) + t_tp_16
@@ -467,10 +467,11 @@ def evaluate_unchecked(
             act,
             weight_copy_bytes=training.weight_copy_bytes,
             optimizer_state_bytes=training.optimizer_state_bytes,
-            layers_16bit=k,
+            layers_16bit=sum(k),
             act_16bit=act16,
+            in_flight_16bit=pipeline.bf16_in_flight(k, idx, st, n_mb, sm) if low else None,
         )
-        for (idx, n, _, _, out), sp, k in zip(stages, sparams, kb, strict=True)
+        for (idx, n, _, _, out), sp, k in zip(stages, sparams, kse, strict=True)
     ]
     # DiLoCo's outer state (the anchor weights and the outer Nesterov momentum, fp32), sharded
     # like the optimizer state: 8 bytes per parameter with H > 1.

@@ -19,6 +19,11 @@ Usage::
     python experiments/bench_precision.py                               # this tree only
     python experiments/bench_precision.py --before 8b87b14 --repeats 5  # side by side
     python experiments/bench_precision.py --precisions bf16 fp8-current mxfp8 fp4
+    python experiments/bench_precision.py --before HEAD --precisions fp8-current+1
+
+A precision ``NAME+K`` keeps ``K`` transformer layers at each end in 16 bits
+(``bf16_layers_start`` = ``bf16_layers_end`` = ``K``, which turns ``first_last_layers_bf16``
+on): the sweep with the 16-bit layers' terms compiled in.
 """
 
 from __future__ import annotations
@@ -56,7 +61,10 @@ def child(precision: str) -> None:
     from codesign.search import sweep
 
     doc = tomllib.loads(CONFIG.read_text())
-    doc["training"]["precision"] = precision
+    name, _, k = precision.partition("+")
+    doc["training"]["precision"] = name
+    if k:
+        doc["training"].update(bf16_layers_start=float(k), bf16_layers_end=float(k))
     cfg = cd.load_run_dict(doc)
     sweep(cfg, AXES, progress=False)  # compile
     wall = min(sweep(cfg, AXES, progress=False).wall_s for _ in range(3))

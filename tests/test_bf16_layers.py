@@ -110,24 +110,109 @@ def test_first_stage_memory_by_hand():
 
 
 @pytest.mark.parametrize(
-    "pp, start, end, want",
+    "pp, v, start, end, want",
     [
-        (1, 1.0, 1.0, (2.0, 0.0, 2.0)),  # one stage holds both ends
-        (4, 1.0, 2.0, (1.0, 0.0, 2.0)),
-        (4, 10.0, 0.0, (8.0, 2.0, 0.0)),  # 2 spill onto the second stage
-        (2, 20.0, 0.0, (16.0, 0.0, 4.0)),  # two stages: the excess goes to the other one
+        (1, 1, 1.0, 1.0, ((1, 1), (0, 0), (1, 1))),  # one stage holds both ends
+        (4, 1, 1.0, 2.0, ((1, 0), (0, 0), (0, 2))),
+        (4, 1, 10.0, 0.0, ((8, 0), (2, 0), (0, 0))),  # 2 spill onto the second stage
+        (4, 1, 0.0, 11.0, ((0, 0), (0, 3), (0, 8))),  # ... or onto the last but one
+        (2, 1, 20.0, 0.0, ((16, 0), (0, 0), (4, 0))),  # two stages: the other takes the excess
+        (2, 1, 20.0, 14.0, ((16, 0), (0, 0), (2, 14))),  # ... what its own end leaves it
+        # interleaved, 4 layers a chunk: the start fills stage 0's first chunk, then stage 1's
+        (4, 2, 6.0, 1.0, ((4, 0), (2, 0), (0, 1))),
+        (2, 2, 10.0, 3.0, ((8, 0), (0, 0), (2, 3))),  # two stages, 8 a chunk: other chunks
     ],
 )
-def test_16_bit_layers_by_stage(pp, start, end, want):
-    """Llama 3 8B, 32 layers over ``pp`` stages: the first/middle/last stage's 16-bit layers."""
-    m, tr, sy, st, e = _specs(tp=2, pp=pp, dp=32 // pp)
+def test_16_bit_layers_by_stage(pp, v, start, end, want):
+    """Llama 3 8B, 32 layers over ``pp`` stages of ``v`` chunks: the first/middle/last stage's
+    16-bit layers as (at the start, at the end).  The model's layers run through the first
+    chunk of every stage, then the second, so the first ``L / (p v)`` of them sit in stage 0's
+    first chunk and the next ones in stage 1's."""
+    m, tr, sy, st, e = _specs(tp=2, pp=pp, dp=32 // pp, interleave=v)
     tr = _mixed(tr, start, end)
-    got = bf16_stage_layers(tr.bf16_layers_start, tr.bf16_layers_end, _stages(m, st, EXACT), EXACT)
-    assert tuple(float(g) for g in got) == want
+    got = bf16_stage_layers(
+        tr.bf16_layers_start, tr.bf16_layers_end, _stages(m, st, EXACT), EXACT, st.interleave
+    )
+    assert tuple((float(a), float(b)) for a, b in got) == want
 
 
-def test_16_bit_layers_are_dynamic_leaves_with_finite_gradients():
-    m, tr, sy, st, e = _specs(tp=2, pp=4, dp=8)
+def _schedule_peak(p, v, m, r):
+    """Reference: Megatron-Core's pipeline schedule on stage ``r`` (1F1B at ``v = 1``, else the
+    interleaved one with micro-batch groups of ``p``: the forward pass ``k`` runs chunk
+    ``(k mod pv) // p``, the backward pass ``k`` chunk ``v - 1 - (k mod pv) // p``, after
+    ``2 (p - r - 1) + (v - 1) p`` warm-up forward passes; ``p - r - 1`` under 1F1B).  Returns
+    the most chunk passes held at once and, at those moments, the most of the first chunk and
+    of the last chunk."""
+    total = m * v
+    warm = min(p - r - 1 if v == 1 else 2 * (p - r - 1) + (v - 1) * p, total)
+    held, snaps = [0] * v, []
+    order = [("F", k) for k in range(warm)]
+    for k in range(total - warm):
+        order += [("F", k + warm), ("B", k)]
+    order += [("B", k) for k in range(total - warm, total)]
+    for kind, k in order:
+        chunk = (k % (p * v)) // p
+        if kind == "F":
+            held[chunk] += 1
+        else:
+            held[v - 1 - chunk] -= 1
+        snaps.append(tuple(held))
+    peak = max(sum(h) for h in snaps)
+    at_peak = [h for h in snaps if sum(h) == peak]
+    return peak, max(h[0] for h in at_peak), max(h[-1] for h in at_peak)
+
+
+@pytest.mark.parametrize("p, v", [(2, 1), (4, 1), (2, 2), (3, 2), (4, 2), (4, 3), (8, 4)])
+@pytest.mark.parametrize("groups", [1, 2, 4])
+def test_chunks_in_flight_follow_the_schedule(p, v, groups):
+    """The chunk passes a stage holds at its peak, and how many of them are of its first and of
+    its last chunk, are those of a simulation of Megatron-Core's schedule, on every stage."""
+    m = groups * p
+    for r in range(p):
+        peak, first, last = _schedule_peak(p, v, m, r)
+        assert float(pipeline.in_flight_chunks(float(r), p, v, m, EXACT)) == peak
+        got = pipeline.end_chunks_in_flight(float(r), float(p), float(v), float(m), EXACT)
+        assert (float(got[0]), float(got[1])) == (first, last), (p, v, m, r)
+
+
+def test_interleaved_first_and_last_stage_memory_by_hand():
+    """PP 4 with 2 chunks of 4 layers, 64 micro-batches: the first stage holds 11 chunk passes
+    at its peak, 8 of them of its first chunk, where 2 16-bit start layers sit (16 of their
+    layer-micro-batches, not the 2 x 11 / 2 of the stage's average); the last stage holds 5,
+    one of its last chunk, where a 16-bit end layer sits."""
+    m, tr, sy, st, e = _specs(tp=2, pp=4, dp=8, interleave=2)
+    base = cd.evaluate(m, tr, sy, st, e)
+    act8 = memory.stored_per_layer(memory.layer_activation_bytes(m, st, tr.precision), st)
+    act16 = memory.stored_per_layer(memory.layer_activation_bytes(m, st, "bf16"), st)
+    d = float(act16) - float(act8)
+    assert d > 0
+    n_mb = pipeline.num_microbatches(512.0, st.dp, st.microbatch, EXACT)
+    stages = _stages(m, st, EXACT)
+    mems = {}
+    for start, end in ((0.0, 0.0), (2.0, 1.0)):
+        trm = _mixed(tr, start, end)
+        kse = bf16_stage_layers(start, end, stages, EXACT, st.interleave)
+        for (idx, n, *_), k in zip(stages, kse, strict=True):
+            if idx in (0.0, 3.0):
+                mems[(start, idx)] = memory.stage_memory_bytes(
+                    m, st, e, {"dense": 1e9, "expert": 0.0}, n_mb, EXACT, layers=n,
+                    stage=idx, precision=trm.precision, layers_16bit=sum(k),
+                    act_16bit=memory.layer_activation_bytes(m, st, "bf16"),
+                    in_flight_16bit=pipeline.bf16_in_flight(k, idx, st, n_mb, EXACT),
+                )  # fmt: skip
+    first = mems[(2.0, 0.0)]["activations"] - mems[(0.0, 0.0)]["activations"]
+    last = mems[(2.0, 3.0)]["activations"] - mems[(0.0, 3.0)]["activations"]
+    assert float(first) == pytest.approx(2.0 * 8.0 * d, rel=1e-12)
+    assert float(last) == pytest.approx(1.0 * 1.0 * d, rel=1e-12)
+    # and the step model reports the first stage's memory with them
+    mixed = cd.evaluate(m, _mixed(tr, 2.0, 1.0), sy, st, e)
+    gain = float(mixed.memory_gb["activations"] - base.memory_gb["activations"]) * memory.GB
+    assert gain == pytest.approx(float(first), rel=1e-9)
+
+
+@pytest.mark.parametrize("v", [1, 2])
+def test_16_bit_layers_are_dynamic_leaves_with_finite_gradients(v):
+    m, tr, sy, st, e = _specs(tp=2, pp=4, dp=8, interleave=v)
     sm = Smoothing(exact=False, tau=0.1)
 
     def step(k):
