@@ -44,7 +44,11 @@ Offloading moves ``offload_activations`` of the stored activations to host memor
 **Pipeline stages** hold different layer counts (:func:`codesign.pipeline.stage_layers`) and
 in-flight micro-batches (:func:`codesign.pipeline.in_flight_chunks`: the first stage ``L``
 layers' worth under 1F1B, times ``1 + (p - 1)/(p v)`` interleaved, Korthikanti et al. Sec.
-4.2.3).  Memory is computed for the first, a middle (the second) and the last stage, each with
+4.2.3), not spread evenly over the chunks of an interleaved stage: where the embedding and
+the loss take a layer slot, the first stage's first chunk, which holds the most micro-batches,
+and the last stage's last, which holds the fewest, have a layer fewer
+(:func:`codesign.pipeline.slot_chunks_in_flight`), and a low-precision run's 16-bit layers sit
+in those chunks (:func:`codesign.pipeline.bf16_in_flight`).  Memory is computed for the first, a middle (the second) and the last stage, each with
 its own weights (the input embedding on the first, the output layer on the last, both on a
 single stage) and buffers (the fp32 logits on the last), and the report gives the largest.
 Context parallelism splits the sequence.
@@ -276,7 +280,11 @@ def stage_memory_bytes(
         act = layer_activation_bytes(model, st, precision)
     per_layer = stored_per_layer(act, st)
     chunks = pipeline.in_flight_chunks(stage, st.pp, st.interleave, num_microbatches, sm)
-    activations = per_layer * n / st.interleave * chunks
+    # The first stage's first chunk and the last stage's last hold a layer fewer where the
+    # embedding and the loss take a slot, at their own counts in flight.
+    e, o = pipeline.chunk_slots(stage, st)
+    f, lc = pipeline.slot_chunks_in_flight(stage, st.pp, st.interleave, num_microbatches, sm)
+    activations = per_layer * ((n + e + o) / st.interleave * chunks - e * f - o * lc)
     if act_16bit is not None:  # the 16-bit layers' extra stored activations
         if in_flight_16bit is None:
             in_flight_16bit = layers_16bit * chunks / st.interleave

@@ -207,6 +207,32 @@ def end_chunks_in_flight(stage, pp, interleave, num_mb, sm: Smoothing):
     return il * first + (1.0 - il) * total, il * last + (1.0 - il) * total
 
 
+def chunk_slots(stage, strategy):
+    """Layer slots that the embedding and the loss take from the first chunk of the first stage
+    and from the last chunk of the last stage (``account_for_embedding_in_pipeline_split`` /
+    ``account_for_loss_in_pipeline_split``, layout rule 2: the chunks are even in slots, so
+    those chunks hold one layer fewer); ``(0, 0)`` on other stages and under the other rules."""
+    st = strategy
+    _, accounted = _mode(st)
+    first = accounted * st.pp_embedding_in_split * jnp.where(stage == 0, 1.0, 0.0)
+    last = accounted * st.pp_loss_in_split * jnp.where(stage == st.pp - 1.0, 1.0, 0.0)
+    return first, last
+
+
+def slot_chunks_in_flight(stage, pp, interleave, num_mb, sm: Smoothing):
+    """Micro-batches of the first stage's first chunk and of the last stage's last chunk at
+    the stage's peak, where a chunk with one layer fewer than the others (:func:`chunk_slots`)
+    saves the most: the fewest at any peak moment, ``min(2p - 1, m)`` and ``1`` if ``m = p``,
+    else ``0`` (the last chunk goes backward as soon as it went forward); the stage's
+    :func:`in_flight_chunks` at ``v = 1``.  With them a stage's activations are exactly the
+    most the schedule holds (checked against a simulation in ``tests/test_bf16_layers.py``)."""
+    total = in_flight_chunks(stage, pp, interleave, num_mb, sm)
+    il = sm.step(interleave - 1.0)
+    first = sm.min(2.0 * pp - 1.0, num_mb, total)
+    last = sm.step(pp + 1.0 - num_mb)  # 1 at m = p, else 0
+    return il * first + (1.0 - il) * total, il * last + (1.0 - il) * total
+
+
 def bf16_in_flight(layers, stage, strategy, num_mb, sm: Smoothing):
     """Layer-micro-batches of 16-bit layers that stage ``stage`` holds at its peak:
     ``layers`` is its ``(at the start, at the end)`` pair of :func:`bf16_stage_layers`, the
@@ -219,7 +245,7 @@ def bf16_in_flight(layers, stage, strategy, num_mb, sm: Smoothing):
     return layers[0] * first + layers[1] * last
 
 
-def bf16_stage_layers(start, end, stages: list, sm: Smoothing, interleave=1.0) -> list:
+def bf16_stage_layers(start, end, stages: list, sm: Smoothing, strategy=None) -> list:
     """16-bit layers on the first, a middle and the last stage, as ``(at the start, at the
     end)`` pairs (``stages``: the step model's ``(index, layers, ...)`` of each,
     :func:`codesign.step.evaluate_unchecked`).
@@ -232,12 +258,18 @@ def bf16_stage_layers(start, end, stages: list, sm: Smoothing, interleave=1.0) -
     layers; all of them at ``v = 1``) and the last layers the last stage's last chunk; what
     does not fit there goes to the next stage's (the middle stage here, which stands for the
     second stage and for the last but one, and takes the larger spill, at most its chunk).
-    With two stages each takes the other's excess; with one stage it holds both.
+    With two stages each takes the other's excess; with one stage it holds both.  The
+    embedding's and the loss's slots (:func:`chunk_slots`) are not layers.  ``strategy``
+    gives the chunks (none: one chunk a stage).
     """
-    (_, n_first, *_), (_, n_mid, *_), (_, n_last, *_) = stages
+    (i_first, n_first, *_), (_, n_mid, *_), (i_last, n_last, *_) = stages
+    interleave = 1.0 if strategy is None else strategy.interleave
+    e, o = (0.0, 0.0) if strategy is None else (chunk_slots(i_first, strategy)[0],
+                                                 chunk_slots(i_last, strategy)[1])  # fmt: skip
     il = sm.step(interleave - 1.0)
     v = jnp.maximum(interleave, 1.0)
-    c_first, c_mid, c_last = n_first / v, n_mid / v, n_last / v  # a chunk of each stage
+    # a chunk of each stage: the first stage's first and the last stage's last, less a slot
+    c_first, c_mid, c_last = (n_first + e) / v - e, n_mid / v, (n_last + o) / v - o
     ks, ke = start, end
     single = 1.0 - sm.step(stages[2][0])  # the last stage's index is pp - 1
     two = (1.0 - single) * (1.0 - sm.step(n_mid))  # two stages: each takes the other's excess

@@ -347,7 +347,7 @@ def evaluate_unchecked(
     stage_t = [sg[1] * per_layer + sg[4] * per_logit for sg in stages]
     if low:  # each 16-bit layer adds its extra seconds to its stage
         kse = pipeline.bf16_stage_layers(
-            training.bf16_layers_start, training.bf16_layers_end, stages, sm, st.interleave
+            training.bf16_layers_start, training.bf16_layers_end, stages, sm, st
         )
         d_layer = d_fwd + d_bwd + d_rec + d_tp
         stage_t = [t + sum(k) * d_layer for t, k in zip(stage_t, kse, strict=True)]

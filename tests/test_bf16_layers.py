@@ -131,18 +131,17 @@ def test_16_bit_layers_by_stage(pp, v, start, end, want):
     m, tr, sy, st, e = _specs(tp=2, pp=pp, dp=32 // pp, interleave=v)
     tr = _mixed(tr, start, end)
     got = bf16_stage_layers(
-        tr.bf16_layers_start, tr.bf16_layers_end, _stages(m, st, EXACT), EXACT, st.interleave
+        tr.bf16_layers_start, tr.bf16_layers_end, _stages(m, st, EXACT), EXACT, st
     )
     assert tuple((float(a), float(b)) for a, b in got) == want
 
 
-def _schedule_peak(p, v, m, r):
-    """Reference: Megatron-Core's pipeline schedule on stage ``r`` (1F1B at ``v = 1``, else the
+def _schedule(p, v, m, r):
+    """Reference: the chunk passes stage ``r`` holds of each of its ``v`` chunks after every
+    forward and backward pass of Megatron-Core's schedule (1F1B at ``v = 1``, else the
     interleaved one with micro-batch groups of ``p``: the forward pass ``k`` runs chunk
     ``(k mod pv) // p``, the backward pass ``k`` chunk ``v - 1 - (k mod pv) // p``, after
-    ``2 (p - r - 1) + (v - 1) p`` warm-up forward passes; ``p - r - 1`` under 1F1B).  Returns
-    the most chunk passes held at once and, at those moments, the most of the first chunk and
-    of the last chunk."""
+    ``2 (p - r - 1) + (v - 1) p`` warm-up forward passes; ``p - r - 1`` under 1F1B)."""
     total = m * v
     warm = min(p - r - 1 if v == 1 else 2 * (p - r - 1) + (v - 1) * p, total)
     held, snaps = [0] * v, []
@@ -157,6 +156,17 @@ def _schedule_peak(p, v, m, r):
         else:
             held[v - 1 - chunk] -= 1
         snaps.append(tuple(held))
+    return snaps
+
+
+def _schedule_peak(p, v, m, r):
+    """Reference: Megatron-Core's pipeline schedule on stage ``r`` (1F1B at ``v = 1``, else the
+    interleaved one with micro-batch groups of ``p``: the forward pass ``k`` runs chunk
+    ``(k mod pv) // p``, the backward pass ``k`` chunk ``v - 1 - (k mod pv) // p``, after
+    ``2 (p - r - 1) + (v - 1) p`` warm-up forward passes; ``p - r - 1`` under 1F1B).  Returns
+    the most chunk passes held at once and, at those moments, the most of the first chunk and
+    of the last chunk."""
+    snaps = _schedule(p, v, m, r)
     peak = max(sum(h) for h in snaps)
     at_peak = [h for h in snaps if sum(h) == peak]
     return peak, max(h[0] for h in at_peak), max(h[-1] for h in at_peak)
@@ -175,6 +185,46 @@ def test_chunks_in_flight_follow_the_schedule(p, v, groups):
         assert (float(got[0]), float(got[1])) == (first, last), (p, v, m, r)
 
 
+@pytest.mark.parametrize("p, v", [(2, 1), (4, 1), (2, 2), (3, 2), (4, 3), (8, 4), (8, 8)])
+@pytest.mark.parametrize("groups", [1, 2, 3])
+@pytest.mark.parametrize("per_chunk", [1, 2, 3])
+def test_the_embedding_and_loss_slots_follow_the_schedule(p, v, groups, per_chunk):
+    """Where the embedding and the loss take a layer slot (layout rule 2), the first stage's
+    first chunk and the last stage's last hold a layer fewer: the most layer-micro-batches the
+    schedule holds at once on those stages is the model's ``(n + 1) / v x T - f`` (and
+    ``- l``), with ``f, l`` of :func:`codesign.pipeline.slot_chunks_in_flight`."""
+    m = groups * p
+    for r, fewer in ((0, 0), (p - 1, v - 1)):
+        layers = [per_chunk] * v
+        layers[fewer] -= 1
+        want = max(
+            sum(c * n for c, n in zip(h, layers, strict=True)) for h in _schedule(p, v, m, r)
+        )
+        total = float(pipeline.in_flight_chunks(float(r), p, v, m, EXACT))
+        f, last = pipeline.slot_chunks_in_flight(float(r), float(p), float(v), float(m), EXACT)
+        got = per_chunk * total - float(f if r == 0 else last)
+        assert got == want, (p, v, m, r, per_chunk)
+
+
+def test_llama_405b_stages_with_the_embedding_and_loss_slots_by_hand():
+    """Llama 3.1 405B at PP 8 x 8 chunks with the embedding and the loss counted (NVIDIA's
+    recipe): 16 slots a stage, 2 a chunk.  With 16 or more micro-batches the first stage holds
+    71 chunk passes at its peak, 15 of its first chunk (one layer), so 2 x 71 - 15 = 127
+    layer-micro-batches, not 15 / 8 x 71; the last stage 57, none of its last chunk at some
+    peak moment, so 2 x 57 = 114, not 15 / 8 x 57."""
+    doc = small_doc(tp=8, pp=8, dp=4, interleave=8, pp_embedding_in_split=True,
+                    pp_loss_in_split=True)  # fmt: skip
+    doc["model"] = {"preset": "llama3-405b"}
+    doc["system"]["num_accelerators"] = 256
+    m, tr, sy, st, e = cd.load_run_dict(doc).specs()
+    n_mb = pipeline.num_microbatches(512.0, st.dp, st.microbatch, EXACT)
+    per = float(memory.stored_per_layer(memory.layer_activation_bytes(m, st, tr.precision), st))
+    for idx, n, want in ((0.0, 15.0, 127.0), (7.0, 15.0, 114.0)):
+        got = memory.stage_memory_bytes(m, st, e, {"dense": 1e9, "expert": 0.0}, n_mb, EXACT,
+                                        stage=idx, layers=n, precision=tr.precision)  # fmt: skip
+        assert float(got["activations"]) == pytest.approx(want * per, rel=1e-12)
+
+
 def test_interleaved_first_and_last_stage_memory_by_hand():
     """PP 4 with 2 chunks of 4 layers, 64 micro-batches: the first stage holds 11 chunk passes
     at its peak, 8 of them of its first chunk, where 2 16-bit start layers sit (16 of their
@@ -191,7 +241,7 @@ def test_interleaved_first_and_last_stage_memory_by_hand():
     mems = {}
     for start, end in ((0.0, 0.0), (2.0, 1.0)):
         trm = _mixed(tr, start, end)
-        kse = bf16_stage_layers(start, end, stages, EXACT, st.interleave)
+        kse = bf16_stage_layers(start, end, stages, EXACT, st)
         for (idx, n, *_), k in zip(stages, kse, strict=True):
             if idx in (0.0, 3.0):
                 mems[(start, idx)] = memory.stage_memory_bytes(
@@ -315,3 +365,24 @@ def test_the_output_layer_of_an_fp8_run_runs_at_the_16_bit_gemm_max():
     assert float(tied["logits"]) == pytest.approx(float(half["logits"]), rel=1e-12)
     assert float(own["logits"]) == pytest.approx(float(half["logits"]) * 0.75 / 0.6, rel=1e-12)
     assert float(tied["gemm"]) == float(own["gemm"])  # the FP8 GEMMs keep gemm_max
+
+
+@pytest.mark.parametrize("slots", [False, True])
+def test_relaxed_gradients_stay_finite_over_the_micro_batch_counts(slots):
+    """The chunk counts of the pipeline's memory (first/last chunk, embedding/loss slots) keep
+    the relaxed step time and memory differentiable with finite gradients at every global batch
+    from 8 to 512 micro-batches a step, with and without the slots, 16-bit layers in."""
+    kw = {"pp_embedding_in_split": True, "pp_loss_in_split": True} if slots else {}
+    doc = small_doc(tp=2, pp=2, dp=16, interleave=3, **kw)
+    doc["model"] = {"preset": "llama3-8b"}
+    doc["training"].update(precision="fp8-current", bf16_layers_start=1, bf16_layers_end=1)
+    m, tr, sy, st, e = cd.load_run_dict(doc, check=False).specs()
+    sm = Smoothing(exact=False, tau=0.1)
+
+    def f(gbs):
+        r = cd.evaluate_unchecked(m, tr.replace(global_batch=gbs), sy, st, e, sm)
+        return r.step_time_s + r.memory_gb["total"]
+
+    gbs = 16.0 * jnp.arange(8.0, 513.0)
+    val, g = jax.vmap(jax.value_and_grad(f))(gbs)
+    assert bool(jnp.all(jnp.isfinite(val))) and bool(jnp.all(jnp.isfinite(g)))
