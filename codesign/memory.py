@@ -283,7 +283,7 @@ def stage_memory_bytes(
     # The first stage's first chunk and the last stage's last hold a layer fewer where the
     # embedding and the loss take a slot, at their own counts in flight.
     e, o = pipeline.chunk_slots(stage, st)
-    f, lc = pipeline.slot_chunks_in_flight(stage, st.pp, st.interleave, num_microbatches, sm)
+    f, lc = pipeline.slot_chunks_in_flight(chunks, st.pp, st.interleave, num_microbatches, sm)
     activations = per_layer * ((n + e + o) / st.interleave * chunks - e * f - o * lc)
     if act_16bit is not None:  # the 16-bit layers' extra stored activations
         if in_flight_16bit is None:

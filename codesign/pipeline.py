@@ -219,16 +219,16 @@ def chunk_slots(stage, strategy):
     return first, last
 
 
-def slot_chunks_in_flight(stage, pp, interleave, num_mb, sm: Smoothing):
+def slot_chunks_in_flight(total, pp, interleave, num_mb, sm: Smoothing):
     """Micro-batches of the first stage's first chunk and of the last stage's last chunk at
     the stage's peak, where a chunk with one layer fewer than the others (:func:`chunk_slots`)
     saves the most: the fewest at any peak moment, ``min(2p - 1, m)`` and ``1`` if ``m = p``,
     else ``0`` (the last chunk goes backward as soon as it went forward); the stage's
-    :func:`in_flight_chunks` at ``v = 1``.  With them a stage's activations are exactly the
-    most the schedule holds (checked against a simulation in ``tests/test_bf16_layers.py``)."""
-    total = in_flight_chunks(stage, pp, interleave, num_mb, sm)
+    ``total`` (its :func:`in_flight_chunks`) at ``v = 1``.  With them a stage's activations
+    are exactly the most the schedule holds (checked against a simulation in
+    ``tests/test_bf16_layers.py``)."""
     il = sm.step(interleave - 1.0)
-    first = sm.min(2.0 * pp - 1.0, num_mb, total)
+    first = sm.min(2.0 * pp - 1.0, num_mb)  # at v >= 2 the first stage holds at least that
     last = sm.step(pp + 1.0 - num_mb)  # 1 at m = p, else 0
     return il * first + (1.0 - il) * total, il * last + (1.0 - il) * total
 

@@ -201,7 +201,7 @@ def test_the_embedding_and_loss_slots_follow_the_schedule(p, v, groups, per_chun
             sum(c * n for c, n in zip(h, layers, strict=True)) for h in _schedule(p, v, m, r)
         )
         total = float(pipeline.in_flight_chunks(float(r), p, v, m, EXACT))
-        f, last = pipeline.slot_chunks_in_flight(float(r), float(p), float(v), float(m), EXACT)
+        f, last = pipeline.slot_chunks_in_flight(total, float(p), float(v), float(m), EXACT)
         got = per_chunk * total - float(f if r == 0 else last)
         assert got == want, (p, v, m, r, per_chunk)
 
