@@ -47,21 +47,22 @@ layers' worth under 1F1B, times ``1 + (p - 1)/(p v)`` interleaved, Korthikanti e
 4.2.3), not spread evenly over the chunks of an interleaved stage: where the embedding and
 the loss take a layer slot, the first stage's first chunk, which holds the most micro-batches,
 and the last stage's last, which holds the fewest, have a layer fewer
-(:func:`codesign.pipeline.slot_chunks_in_flight`), and a low-precision run's 16-bit layers sit
-in those chunks (:func:`codesign.pipeline.bf16_in_flight`).  Memory is computed for the first, a middle (the second) and the last stage, each with
-its own weights (the input embedding on the first, the output layer on the last, both on a
-single stage) and buffers (the fp32 logits on the last), and the report gives the largest.
+(:func:`codesign.pipeline.slot_chunks_in_flight`), and a low-precision run's 16-bit layers
+sit in those chunks (:func:`codesign.pipeline.bf16_in_flight`).  Memory is computed for the
+first, a middle (the second) and the last stage, each with its own weights (the input
+embedding on the first, the output layer on the last, both on a single stage) and buffers
+(the fp32 logits on the last), and the report gives the largest.
 Context parallelism splits the sequence.
 
 **Model states** follow Rajbhandari et al. 2020, "ZeRO" (arXiv:1910.02054): 2 bytes per
 parameter of 16-bit weights (``Training.weight_copy_bytes``: 0 under PyTorch FSDP mixed
 precision, whose fp32 parameters are the master weights) plus, in FP8/FP4 training, the
-cached quantized weights (:data:`WEIGHT_CACHE_BYTES`), ``grad_bytes`` of gradients (4: Megatron's fp32 main grads,
-the default; 2 when gradients are kept and reduced in bf16, as ZeRO's paper counts), and
-``optimizer_state_bytes`` of optimizer state (12: fp32 master weights, Adam m and v; 8 with
-bf16 moments, Megatron-Core's precision-aware optimizer); ZeRO-1 shards
-the optimizer state over the data-parallel group, ZeRO-2 also the gradients and ZeRO-3
-also the weights.  Expert parameters shard over the expert-data-parallel group
+cached quantized weights (:data:`WEIGHT_CACHE_BYTES`), ``grad_bytes`` of gradients (4:
+Megatron's fp32 main grads, the default; 2 when gradients are kept and reduced in bf16, as
+ZeRO's paper counts), and ``optimizer_state_bytes`` of optimizer state (12: fp32 master
+weights, Adam m and v; 8 with bf16 moments, Megatron-Core's precision-aware optimizer);
+ZeRO-1 shards the optimizer state over the data-parallel group, ZeRO-2 also the gradients
+and ZeRO-3 also the weights.  Expert parameters shard over the expert-data-parallel group
 (``dp cp / ep``).
 
 **Buffers**: the all-gathered sequence-parallel activation (``2 s b h``), the gathered

@@ -30,9 +30,10 @@ its first backward, so ``2 (p - r - 1) + (v - 1) p + 1`` chunks of ``n_r / v`` l
 (capped by the ``m v`` chunks of the step).  For ``r = 0`` this is ``n p (1 + (p - 1)/(p v))``,
 the factor of Korthikanti et al. 2022, Sec. 4.2.3.  They are not spread evenly over the
 chunks: at the peak the first chunk holds ``min(2p, T_r)`` of the ``T_r`` and the last one
-``min(p, 2 (p - r) - 1)`` (:func:`end_chunks_in_flight`), which counts for the 16-bit layers of
-a low-precision run, which sit in the first chunk of the first stage and the last chunk of
-the last one (:func:`bf16_stage_layers`, :func:`bf16_in_flight`).
+``min(p, 2 (p - r) - 1)`` (:func:`end_chunks_in_flight`).  That matters where the first
+stage's first chunk or the last stage's last differs from the others: a layer fewer where
+the embedding or the loss takes a slot (:func:`chunk_slots`, :func:`slot_chunks_in_flight`),
+a low-precision run's 16-bit layers (:func:`bf16_stage_layers`, :func:`bf16_in_flight`).
 
 **Point-to-point**: each micro-batch sends its activations forward and its gradients backward
 across each of the ``v`` chunk boundaries of a rank, ``b s h / (t cp)`` half-precision elements
@@ -197,7 +198,8 @@ def end_chunks_in_flight(stage, pp, interleave, num_mb, sm: Smoothing):
     Example (8 stages, 4 chunks, 64 micro-batches: the first stage holds 39 chunk passes, the
     last 25):
         >>> from codesign.smoothing import EXACT
-        >>> [tuple(float(c) for c in end_chunks_in_flight(r, 8.0, 4.0, 64.0, EXACT)) for r in (0, 7)]
+        >>> counts = [end_chunks_in_flight(r, 8.0, 4.0, 64.0, EXACT) for r in (0, 7)]
+        >>> [tuple(float(c) for c in pair) for pair in counts]
         [(16.0, 8.0), (16.0, 1.0)]
     """
     total = in_flight_chunks(stage, pp, interleave, num_mb, sm)
