@@ -53,10 +53,10 @@ the output layer (logits) stays in BF16 (Transformer Engine recipes keep it in h
 precision; Megatron-Core builds it outside Transformer Engine's FP8 autocast) and runs at the
 16-bit GEMM efficiency (:func:`gemm_max_16bit`), and every quantized GEMM input is cast
 first, a memory-bound pass of :data:`QUANT_BYTES` per element (forward inputs once, backward
-gradients and transposed copies twice).  A low-precision run's ``Training.bf16_layers_start`` / ``_end`` layers are
-16-bit layers (:func:`sixteen_bit_layer` derives them from the low-precision layer, and the step
-model charges each such layer's difference to its pipeline stage:
-:func:`codesign.pipeline.bf16_stage_layers`).
+gradients and transposed copies twice).  A low-precision run's
+``Training.bf16_layers_start`` / ``_end`` layers are 16-bit layers (:func:`sixteen_bit_layer`
+derives them from the low-precision layer, and the step model charges each such layer's
+difference to its pipeline stage: :func:`codesign.pipeline.bf16_stage_layers`).
 """
 
 from __future__ import annotations

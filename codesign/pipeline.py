@@ -247,7 +247,7 @@ def bf16_in_flight(layers, stage, strategy, num_mb, sm: Smoothing):
     return layers[0] * first + layers[1] * last
 
 
-def bf16_stage_layers(start, end, stages: list, sm: Smoothing, strategy=None) -> list:
+def bf16_stage_layers(start, end, stages: list, sm: Smoothing, strategy) -> list:
     """16-bit layers on the first, a middle and the last stage, as ``(at the start, at the
     end)`` pairs (``stages``: the step model's ``(index, layers, ...)`` of each,
     :func:`codesign.step.evaluate_unchecked`).
@@ -261,15 +261,13 @@ def bf16_stage_layers(start, end, stages: list, sm: Smoothing, strategy=None) ->
     does not fit there goes to the next stage's (the middle stage here, which stands for the
     second stage and for the last but one, and takes the larger spill, at most its chunk).
     With two stages each takes the other's excess; with one stage it holds both.  The
-    embedding's and the loss's slots (:func:`chunk_slots`) are not layers.  ``strategy``
-    gives the chunks (none: one chunk a stage).
+    embedding's and the loss's slots (:func:`chunk_slots`) are not layers; ``strategy`` gives
+    the chunks and the slots.
     """
     (i_first, n_first, *_), (_, n_mid, *_), (i_last, n_last, *_) = stages
-    interleave = 1.0 if strategy is None else strategy.interleave
-    e, o = (0.0, 0.0) if strategy is None else (chunk_slots(i_first, strategy)[0],
-                                                 chunk_slots(i_last, strategy)[1])  # fmt: skip
-    il = sm.step(interleave - 1.0)
-    v = jnp.maximum(interleave, 1.0)
+    e, o = chunk_slots(i_first, strategy)[0], chunk_slots(i_last, strategy)[1]
+    il = sm.step(strategy.interleave - 1.0)
+    v = jnp.maximum(strategy.interleave, 1.0)
     # a chunk of each stage: the first stage's first and the last stage's last, less a slot
     c_first, c_mid, c_last = (n_first + e) / v - e, n_mid / v, (n_last + o) / v - o
     ks, ke = start, end
