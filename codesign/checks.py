@@ -79,6 +79,7 @@ def check_model(m) -> None:
     _check_hybrid(m)
     positive("model.attention_window", m.attention_window, integer=True, allow_zero=True)
     positive("model.window_layers", m.window_layers, integer=True, allow_zero=True)
+    positive("model.mtp_layers", m.mtp_layers, integer=True, allow_zero=True)
     attn_layers = float(m.layers) - float(m.mamba_layers)
     if float(m.window_layers) > attn_layers:
         raise SpecError(

@@ -220,7 +220,8 @@ def layer_times(
     up-projections); then ``logits`` (forward GEMM of the output layer, once per model, in
     16 bits, at the 16-bit ``gemm_max`` in a low-precision run: :func:`gemm_max_16bit`) and
     ``logits_elementwise`` (softmax cross-entropy over the logits: 16-bit GEMM
-    output plus its fp32 copy, ``6 tokens V / t`` bytes times ``elementwise_traffic``).
+    output plus its fp32 copy, ``6 tokens V / t`` bytes times ``elementwise_traffic``), and
+    ``mtp_proj`` (forward GEMM of one multi-token-prediction module's ``2h -> h`` projection).
     ``act`` holds the per-layer activation bytes of :func:`codesign.memory.layer_activation_bytes`.
 
     ``fp8_attention`` (``Training.fp8_attention``, in [0, 1]) is the fraction of the attention
@@ -330,6 +331,9 @@ def layer_times(
         eff if precision_family(precision) == "half" else eff.replace(gemm_max=gemm_max_16bit(eff))
     )
     logits = gemm_time(tokens, m.vocab / st.tp, h, peak_half, eff_16, sm)
+    # a multi-token-prediction module's 2h -> h projection (column parallel, in the layers'
+    # precision: a Transformer Engine linear of the MTP layer)
+    mtp_proj = gemm_time(tokens, h / st.tp, 2.0 * h, peak, eff, sm)
     logits_elementwise = eff.elementwise_traffic * (2.0 + 4.0) * tokens * m.vocab / st.tp / hbm
     # Parts that selective recomputation re-runs (forward time of each).
     traffic = eff.elementwise_traffic / hbm
@@ -348,6 +352,7 @@ def layer_times(
         "mla_up": fr["attention"] * mla_up,
         "logits": logits,
         "logits_elementwise": logits_elementwise,
+        "mtp_proj": mtp_proj,
         # for :func:`sixteen_bit_layer`: the parts a 16-bit layer changes
         "gemm_lowp": gemm - fr["mamba"] * ssd,
         "mlp_gemm": dense_frac * dense_mlp,

@@ -50,8 +50,10 @@ and the last stage's last, which holds the fewest, have a layer fewer
 (:func:`codesign.pipeline.slot_chunks_in_flight`), and a low-precision run's 16-bit layers
 sit in those chunks (:func:`codesign.pipeline.bf16_in_flight`).  Memory is computed for the
 first, a middle (the second) and the last stage, each with its own weights (the input
-embedding on the first, the output layer on the last, both on a single stage) and buffers
-(the fp32 logits on the last), and the report gives the largest.
+embedding on the first, the output layer on the last, both on a single stage; with
+multi-token prediction the last also holds the modules and an embedding copy) and buffers
+(the fp32 logits on the last, one more per multi-token-prediction module), and the report
+gives the largest.
 Context parallelism splits the sequence.
 
 **Model states** follow Rajbhandari et al. 2020, "ZeRO" (arXiv:1910.02054): 2 bytes per
@@ -75,7 +77,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from codesign import pipeline, workload
-from codesign.rules import sharded, zero_fractions
+from codesign.rules import expert_tp, sharded, zero_fractions
 from codesign.smoothing import Smoothing, safe_div
 from codesign.specs import Efficiency, Model, Strategy, precision_family
 
@@ -84,6 +86,8 @@ __all__ = [
     "activation_bytes_per_token_layer",
     "layer_activation_bytes",
     "stage_memory_bytes",
+    "stage_params",
+    "local_params",
     "MEMORY_TERMS",
 ]
 
@@ -222,6 +226,49 @@ def stored_per_layer(act: dict, strategy: Strategy):
     return r[0] * act["none"] + r[1] * act["selective"] + r[2] * full
 
 
+def _layer_param_parts(model: Model, strategy: Strategy) -> tuple:
+    """``(dense, expert)`` parameters of one layer held by one rank (depth-averaged)."""
+    st = strategy
+    p = workload.layer_params(model)
+    moe_frac = safe_div(model.moe_layers, model.layers)
+    dense_layer = (
+        p["attention"]
+        + p["norms"]
+        + (1.0 - moe_frac) * p["mlp"]
+        + moe_frac * (p["router"] + p["shared"])
+    )
+    expert_layer = moe_frac * p["experts"]
+    return dense_layer / st.tp, expert_layer / (expert_tp(st) * st.ep)
+
+
+def stage_params(model: Model, strategy: Strategy, layers, first, last, mtp=0.0) -> dict:
+    """Dense and expert parameters held by one rank of a stage of ``layers`` layers (before
+    ZeRO); ``first``/``last`` (0/1) add the input embedding / the output layer (Megatron
+    keeps a copy of a tied embedding on the last stage too); ``layer_dense`` without them.
+    ``mtp`` multi-token-prediction modules on the stage add their projection and norms
+    (:func:`codesign.workload.mtp_extra_params`; their transformer layers are in ``layers``)."""
+    st = strategy
+    dense_layer, expert_layer = _layer_param_parts(model, st)
+    emb = model.vocab * model.hidden / st.tp
+    mtp_extra = mtp * workload.mtp_extra_params(model) / st.tp
+    return {
+        "dense": layers * dense_layer + emb * (first + last) + mtp_extra,
+        "expert": layers * expert_layer,
+        "per_layer": dense_layer + expert_layer,
+        "layer_dense": layers * dense_layer,
+    }
+
+
+def local_params(model: Model, strategy: Strategy, sm: Smoothing) -> dict:
+    """Parameters held by one rank of a stage of ``L / p`` layers with the input embedding
+    (plus the output layer when ``p = 1`` and the embeddings are untied): the first stage of
+    an even split."""
+    st = strategy
+    one_stage = 1.0 - sm.step(st.pp - 1.0)
+    out = one_stage * (1.0 - model.tied_embeddings)
+    return stage_params(model, st, model.layers / st.pp, 1.0, out)
+
+
 def stage_memory_bytes(
     model: Model,
     strategy: Strategy,
@@ -240,11 +287,12 @@ def stage_memory_bytes(
     layers_16bit=0.0,
     act_16bit: dict | None = None,
     in_flight_16bit=None,
+    mtp_layers=0.0,
 ) -> dict:
     """Bytes per accelerator by term on one pipeline stage.
 
     ``params_local`` holds the ``dense`` and ``expert`` parameters this stage's rank stores
-    before ZeRO sharding (see :func:`codesign.step.stage_params`) and ``per_layer`` those of
+    before ZeRO sharding (see :func:`stage_params`) and ``per_layer`` those of
     one layer; ``stage`` is its 0-based index, ``layers`` its layer count (default ``L/p``)
     and ``logits`` 1 when it holds the output layer's fp32 logits buffer (the defaults
     describe the first stage of an even split with the buffer counted: the classic
@@ -257,6 +305,11 @@ def stage_memory_bytes(
     layer-micro-batches held at the stage's peak (:func:`codesign.pipeline.bf16_in_flight`:
     under the interleaved schedule the first and the last chunk hold other counts than the
     stage's average); default ``layers_16bit`` at the average, ``in_flight_chunks / v``.
+    ``mtp_layers`` of the ``layers`` are multi-token-prediction modules: they sit in the
+    stage's last chunk and store a layer's activations for as many micro-batches as it holds
+    (:func:`codesign.pipeline.end_chunks_in_flight`: one on the last stage when interleaved);
+    their norm inputs and projection input (``4 h`` 16-bit values per token, a few per cent
+    of a layer's) are not counted.
     """
     st = strategy
     frac = zero_fractions(st.zero)  # ZeRO stage weights -> sharded fraction of each state
@@ -286,6 +339,8 @@ def stage_memory_bytes(
     e, o = pipeline.chunk_slots(stage, st)
     f, lc = pipeline.slot_chunks_in_flight(chunks, st.pp, st.interleave, num_microbatches, sm)
     activations = per_layer * ((n + e + o) / st.interleave * chunks - e * f - o * lc)
+    _, last_chunk = pipeline.end_chunks_in_flight(stage, st.pp, st.interleave, num_microbatches, sm)
+    activations = activations + per_layer * mtp_layers * (last_chunk - chunks / st.interleave)
     if act_16bit is not None:  # the 16-bit layers' extra stored activations
         if in_flight_16bit is None:
             in_flight_16bit = layers_16bit * chunks / st.interleave

@@ -16,7 +16,9 @@ stages of ``v`` model chunks each.  Four ways, in this order of precedence:
    last, then on the first stage.
 
 The step waits for the slowest stage: its per-micro-batch time is ``n_i T_layer`` plus, on the
-last stage, the output layer and loss.  Memory peaks on one stage too, not necessarily the same.
+last stage, the output layer and loss and any multi-token-prediction modules (Megatron-Core
+runs them in the last chunk of the last stage, each a layer, a projection and the output
+head again: :mod:`codesign.workload`).  Memory peaks on one stage too, not necessarily the same.
 
 **1F1B** (PipeDream-Flush; Narayanan et al. 2021, Sec. 2.2.1): with ``p`` stages and ``m``
 micro-batches of per-stage time ``t_f + t_b``, a step takes ``(m + p - 1)(t_f + t_b)``, so the

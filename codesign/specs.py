@@ -137,6 +137,11 @@ class Model:
     mlp_free_layers: float = 0.0
     """Layers without any MLP (dense or MoE): ``layers - moe_layers - mlp_free_layers`` layers
     have a dense MLP; negative when a hybrid pattern has more MLP blocks than mixers."""
+    mtp_layers: float = 0.0
+    """Multi-token-prediction modules (DeepSeek-V3, arXiv:2412.19437, Sec. 2.2; Megatron-Core
+    ``mtp_num_layers``): each adds a transformer layer, a ``2h -> h`` projection and another
+    pass of the output head with its own loss, on the stage that holds the output layer (the
+    last; :mod:`codesign.workload`).  0: none."""
 
 
 @struct.dataclass(kw_only=True)

@@ -27,7 +27,9 @@ parameter all-gather overlaps the next forward; with ``overlap_param_gather`` of
 all-gather is exposed), and for ZeRO-3 the compute of all micro-batches (parameter prefetch).
 A low-precision run's 16-bit layers (``Training.bf16_layers_start`` / ``_end``) add their
 extra 16-bit time to the stages that hold them (:func:`codesign.pipeline.bf16_stage_layers`),
-and the optimizer step moves :func:`codesign.compute.optimizer_step_bytes` per parameter.
+the optimizer step moves :func:`codesign.compute.optimizer_step_bytes` per parameter, and the
+multi-token-prediction modules (``Model.mtp_layers``: a layer, a projection and the output head
+again each; DeepSeek-V3 Sec. 2.2) run with the output layer on the last stage.
 
 Everything is an array: :func:`evaluate` is jit-compiled once per static structure (number
 of tiers, precision, exact or relaxed) and vmaps over any leaf.
@@ -45,6 +47,7 @@ from codesign import collectives as coll
 from codesign import compute, memory, pipeline, workload
 from codesign.cost import cluster_cost
 from codesign.goodput import checkpoint_size_bytes
+from codesign.memory import local_params, stage_params  # noqa: F401 (re-exported)
 from codesign.rules import check_all, data_parallel_groups, expert_tp, sharded, zero_fractions
 from codesign.smoothing import EXACT, Smoothing, safe_div
 from codesign.specs import Efficiency, Model, Strategy, System, Training, precision_family
@@ -109,7 +112,7 @@ class Report:
     """Which stage needs the most memory (0 first, 1 middle, 2 last); ``memory_gb`` is its."""
     stage_layers: dict
     """Layers on the ``first``, a ``middle`` and the ``last`` stage (a middle one has 0 when
-    p < 3)."""
+    p < 3), the multi-token-prediction modules' layers counted on the last."""
 
 
 def _strides(strategy: Strategy, sm: Smoothing) -> dict:
@@ -155,59 +158,24 @@ def parallel_groups(strategy: Strategy, sm: Smoothing = EXACT) -> dict:
     }
 
 
-def _layer_param_parts(model: Model, strategy: Strategy) -> tuple:
-    """``(dense, expert)`` parameters of one layer held by one rank (depth-averaged)."""
-    st = strategy
-    p = workload.layer_params(model)
-    moe_frac = safe_div(model.moe_layers, model.layers)
-    dense_layer = (
-        p["attention"]
-        + p["norms"]
-        + (1.0 - moe_frac) * p["mlp"]
-        + moe_frac * (p["router"] + p["shared"])
-    )
-    expert_layer = moe_frac * p["experts"]
-    return dense_layer / st.tp, expert_layer / (expert_tp(st) * st.ep)
-
-
-def stage_params(model: Model, strategy: Strategy, layers, first, last) -> dict:
-    """Dense and expert parameters held by one rank of a stage of ``layers`` layers (before
-    ZeRO); ``first``/``last`` (0/1) add the input embedding / the output layer (Megatron
-    keeps a copy of a tied embedding on the last stage too); ``layer_dense`` without them."""
-    st = strategy
-    dense_layer, expert_layer = _layer_param_parts(model, st)
-    emb = model.vocab * model.hidden / st.tp
-    return {
-        "dense": layers * dense_layer + emb * (first + last),
-        "expert": layers * expert_layer,
-        "per_layer": dense_layer + expert_layer,
-        "layer_dense": layers * dense_layer,
-    }
-
-
-def local_params(model: Model, strategy: Strategy, sm: Smoothing) -> dict:
-    """Parameters held by one rank of a stage of ``L / p`` layers with the input embedding
-    (plus the output layer when ``p = 1`` and the embeddings are untied): the first stage of
-    an even split."""
-    st = strategy
-    one_stage = 1.0 - sm.step(st.pp - 1.0)
-    out = one_stage * (1.0 - model.tied_embeddings)
-    return stage_params(model, st, model.layers / st.pp, 1.0, out)
-
-
 def _stages(model: Model, strategy: Strategy, sm: Smoothing) -> list:
     """``(index, layers, embedding, output_params, output_compute)`` of the first, a middle and
     the last stage: whether it holds the input embedding, the output layer's parameters
     (a single stage holds both ends, the output only when untied) and runs the output layer
-    and loss (the last stage, which is also the first when ``p = 1``)."""
+    and loss (the last stage, which is also the first when ``p = 1``).  ``layers`` counts
+    the decoder's layers; the multi-token-prediction modules run with the output layer, and
+    Megatron-Core builds the input embedding where they run (``GPTModel``: ``pre_process or
+    mtp_process``), so an untied last stage with them holds an embedding copy too."""
     st = strategy
     n = pipeline.stage_layers(model.layers, st, sm)
     single = 1.0 - sm.step(st.pp - 1.0)
-    out_single = single * (1.0 - model.tied_embeddings)
+    untied = 1.0 - model.tied_embeddings
+    out_single = single * untied
+    emb_last = single + (1.0 - single) * untied * jnp.where(model.mtp_layers > 0, 1.0, 0.0)
     return [
         (0.0, n["first"], 1.0, out_single, single),
         (1.0, n["middle"] * n["has_middle"], 0.0, 0.0, 0.0),
-        (st.pp - 1.0, n["last"], single, out_single + (1.0 - single), 1.0),
+        (st.pp - 1.0, n["last"], emb_last, out_single + (1.0 - single), 1.0),
     ]
 
 
@@ -253,6 +221,9 @@ def evaluate_unchecked(
     layer_fwd, layer_bwd, layer_rec = layer_compute(lt)
     logit_fwd = lt["logits"] + lt["logits_elementwise"]
     logit_bwd = eff.backward_factor * lt["logits"] + 2.0 * lt["logits_elementwise"]
+    # a multi-token-prediction module: besides its layer, its projection and the output head
+    mtp_fwd = logit_fwd + lt["mtp_proj"]
+    mtp_bwd = logit_bwd + eff.backward_factor * lt["mtp_proj"]
     # The 16-bit layers of a low-precision run (Training.bf16_layers_start / _end): the same
     # layer in 16 bits, whose difference each such layer adds to its stage (static: nothing
     # to add in a 16-bit run or with the switch first_last_layers_bf16 off).
@@ -344,7 +315,12 @@ def evaluate_unchecked(
     per_layer = layer_fwd + layer_bwd + layer_rec + t_tp + t_cp + t_ep + t_off
     per_logit = logit_fwd + logit_bwd
     stages = _stages(m, st, sm)
-    stage_t = [sg[1] * per_layer + sg[4] * per_logit for sg in stages]
+    mtp = [sg[4] * m.mtp_layers for sg in stages]  # the MTP modules run with the output layer
+    n_all = [sg[1] + k for sg, k in zip(stages, mtp, strict=True)]  # their layers included
+    stage_t = [
+        n * per_layer + sg[4] * per_logit + k * (mtp_fwd + mtp_bwd)
+        for n, sg, k in zip(n_all, stages, mtp, strict=True)
+    ]
     if low:  # each 16-bit layer adds its extra seconds to its stage
         kse = pipeline.bf16_stage_layers(
             training.bf16_layers_start, training.bf16_layers_end, stages, sm, st
@@ -354,10 +330,11 @@ def evaluate_unchecked(
     else:
         kse = [(0.0, 0.0)] * 3
     tw = sm.argmax_weights(*stage_t)
-    n_eff = sum(wi * sg[1] for wi, sg in zip(tw, stages, strict=True))
+    n_eff = sum(wi * n for wi, n in zip(tw, n_all, strict=True))
     out_eff = sum(wi * sg[4] for wi, sg in zip(tw, stages, strict=True))
-    t_fwd = n_eff * layer_fwd + out_eff * logit_fwd
-    t_bwd = n_eff * layer_bwd + out_eff * logit_bwd
+    mtp_eff = sum(wi * k for wi, k in zip(tw, mtp, strict=True))
+    t_fwd = n_eff * layer_fwd + out_eff * logit_fwd + mtp_eff * mtp_fwd
+    t_bwd = n_eff * layer_bwd + out_eff * logit_bwd + mtp_eff * mtp_bwd
     t_rec = n_eff * layer_rec
     t_tp_16 = 0.0  # the 16-bit layers' extra tensor-parallel time
     if low:
@@ -370,7 +347,9 @@ def evaluate_unchecked(
     p2p = pipeline.exposed_p2p_time(st.pp, st.interleave, n_mb, p2p_one, eff.p2p_overlap_eff, sm)
 
     # ---- data parallelism / ZeRO (the stage with the most parameters) --------------------
-    sparams = [stage_params(m, st, sg[1], sg[2], sg[3]) for sg in stages]
+    sparams = [
+        stage_params(m, st, n, sg[2], sg[3], k) for n, sg, k in zip(n_all, stages, mtp, strict=True)
+    ]
     pl = {k: sm.max(*[sp[k] for sp in sparams]) for k in ("dense", "expert")}
     gbytes = training.grad_reduce_bytes
     # Reduced-frequency synchronization (DiLoCo): with H > 1 the cross-site tiers leave the
@@ -460,18 +439,19 @@ def evaluate_unchecked(
             n_mb,
             sm,
             training.grad_reduce_bytes,
-            idx,
+            sg[0],
             n,
-            out,
+            sg[4] + k_mtp,  # one fp32 logits buffer for the output layer and each MTP module
             precision,
             act,
             weight_copy_bytes=training.weight_copy_bytes,
             optimizer_state_bytes=training.optimizer_state_bytes,
             layers_16bit=sum(k),
             act_16bit=act16,
-            in_flight_16bit=pipeline.bf16_in_flight(k, idx, st, n_mb, sm) if low else None,
+            in_flight_16bit=pipeline.bf16_in_flight(k, sg[0], st, n_mb, sm) if low else None,
+            mtp_layers=k_mtp,
         )
-        for (idx, n, _, _, out), sp, k in zip(stages, sparams, kse, strict=True)
+        for sg, n, k_mtp, sp, k in zip(stages, n_all, mtp, sparams, kse, strict=True)
     ]
     # DiLoCo's outer state (the anchor weights and the outer Nesterov momentum, fp32), sharded
     # like the optimizer state: 8 bytes per parameter with H > 1.
@@ -492,7 +472,7 @@ def evaluate_unchecked(
     f = workload.forward_flops_per_token(m)
     rec_flops = (
         tokens_step
-        * m.layers
+        * (m.layers + m.mtp_layers)
         * (r[1] * w[0] * f["attention"] + r[2] * phi * (f["gemm"] + f["attention"]))
     )
     denom = step_time * sy.num_accelerators * compute.peak_flops(sy, precision)
@@ -525,9 +505,7 @@ def evaluate_unchecked(
         },
         time_stage=sum(i * wi for i, wi in enumerate(tw)),
         memory_stage=sum(i * wi for i, wi in enumerate(mw)),
-        stage_layers={
-            k: sg[1] + 0.0 * step_time for k, sg in zip(pipeline.STAGES, stages, strict=True)
-        },
+        stage_layers={k: n + 0.0 * step_time for k, n in zip(pipeline.STAGES, n_all, strict=True)},
     )
 
 

@@ -12,7 +12,16 @@ Biases and norms are counted in parameters (``2h`` per layer) but not in FLOPs, 
 Hybrid models (Nemotron-H, NVIDIA 2025, arXiv:2504.03624) replace the self-attention of
 ``mamba_layers`` of the layers by a Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs",
 arXiv:2405.21060; Megatron-Core ``MambaMixer``), and ``mlp_free_layers`` layers have no MLP;
-like MoE layers these are averaged over the depth (:func:`fractions`).  The Mamba-2 mixer
+like MoE layers these are averaged over the depth (:func:`fractions`).
+
+Multi-token prediction (DeepSeek-V3, arXiv:2412.19437, Sec. 2.2; Megatron-Core
+``MultiTokenPredictionBlock``, ``mtp_num_layers``): each of ``mtp_layers`` sequential modules
+normalizes the previous depth's hidden state and the embedding of the next token, projects
+their concatenation ``2h -> h`` (``M_k``, ``eh_proj``), runs one transformer layer (the
+decoder's layer kind; counted here as an average layer of the decoder: DeepSeek-V3's is an
+MoE layer, as 58 of its 61 layers are, and its dense layers have the same active FLOPs) and
+the shared output head with its own cross-entropy loss.  The embedding and the output head are
+the model's (no new parameters).  The Mamba-2 mixer
 (:func:`mamba_gemms`, :func:`mamba_params`, :func:`ssd_flops_per_token`) has ``d_inner = H P``
 (``H`` heads of dimension ``P``), ``G`` groups of state size ``N`` and, per token, an input
 projection ``h -> 2 d_inner + 2 G N + H`` (z, x, B, C, dt), a depthwise causal convolution of
@@ -38,6 +47,7 @@ __all__ = [
     "ssd_flops_per_token",
     "SSD_CHUNK",
     "layer_params",
+    "mtp_extra_params",
     "total_params",
     "forward_flops_per_token",
     "model_flops_per_step",
@@ -204,8 +214,20 @@ def layer_params(m: Model) -> dict:
     }
 
 
+def mtp_extra_params(m: Model):
+    """Parameters of one multi-token-prediction module beside its transformer layer: the
+    projection ``M_k`` of ``h x 2h`` and three RMSNorms (``enorm``, ``hnorm`` and the final
+    norm), ``2 h^2 + 3 h`` (DeepSeek-V3, arXiv:2412.19437, eq. 21; Megatron-Core
+    ``MultiTokenPredictionLayer``)."""
+    return 2.0 * m.hidden * m.hidden + 3.0 * m.hidden
+
+
 def total_params(m: Model) -> dict:
     """Whole-model parameter counts: ``total``, ``active`` (per token), ``expert``, ``embedding``.
+
+    ``mtp_layers`` multi-token-prediction modules add an average layer each and
+    :func:`mtp_extra_params` (DeepSeek-V3: 671B without, 682B with its one module; the
+    report's 685B also counts the module's copies of the embedding and the output head).
 
     Example (GPT-3 175B, Brown et al. 2020):
         >>> from codesign.specs import Model
@@ -226,6 +248,10 @@ def total_params(m: Model) -> dict:
         + embedding
     )
     active_expert = m.moe_layers * m.moe_top_k * (2.0 + m.gated_mlp) * m.hidden * m.moe_ffn_hidden
+    # multi-token prediction: an average layer per module, plus its projection and norms
+    mtp = m.mtp_layers / m.layers
+    expert, active_expert = (1.0 + mtp) * expert, (1.0 + mtp) * active_expert
+    non_expert = non_expert + mtp * (non_expert - embedding) + m.mtp_layers * mtp_extra_params(m)
     return {
         "total": non_expert + expert,
         "active": non_expert + active_expert,
@@ -245,8 +271,9 @@ def forward_flops_per_token(m: Model) -> dict:
     as ``ssd``), ``attention`` per layer (``QK^T`` and ``AV``:
     ``2 s (qk + v)`` per token, ``4 s q`` for standard attention, full, not causal, as in
     Narayanan et al. eq. 3, on the attention layers, ``s`` replaced by
-    :func:`attention_keys` with sliding-window layers), and ``logits`` for the whole model
-    (``2 h V``).
+    :func:`attention_keys` with sliding-window layers), ``logits`` for the whole model
+    (``2 h V``), and ``mtp`` for the multi-token-prediction modules (each a layer, its
+    ``2h -> h`` projection and the output head again: ``gemm + attention + 4 h^2 + 2 h V``).
     """
     p = layer_params(m)
     qk, v = attention_core_dims(m)
@@ -258,21 +285,26 @@ def forward_flops_per_token(m: Model) -> dict:
     )
     mlp = (1.0 - moe_frac) * p["mlp"] + moe_frac * moe_mlp
     ssd = fr["mamba"] * ssd_flops_per_token(m)
+    gemm = 2.0 * (p["attention"] + mlp) + ssd
+    attention = fr["attention"] * 2.0 * attention_keys(m) * (qk + v)
+    logits = 2.0 * m.hidden * m.vocab
     return {
-        "gemm": 2.0 * (p["attention"] + mlp) + ssd,
-        "attention": fr["attention"] * 2.0 * attention_keys(m) * (qk + v),
-        "logits": 2.0 * m.hidden * m.vocab,
+        "gemm": gemm,
+        "attention": attention,
+        "logits": logits,
         "ssd": ssd,
+        "mtp": m.mtp_layers * (gemm + attention + 4.0 * m.hidden * m.hidden + logits),
     }
 
 
 def model_flops_per_step(m: Model, global_batch):
     """Model FLOPs of one training step (forward + backward, no recomputation).
 
-    ``3 * B * s * (l * (gemm + attention) + logits)``; for a GPT with ``ffn = 4h`` this is
-    ``72 B s l h^2 (1 + s/(6h) + V/(12 l h))``, i.e. Narayanan et al. eq. (3) without the
-    recomputed forward pass.
+    ``3 * B * s * (l * (gemm + attention) + logits + mtp)``; for a GPT with ``ffn = 4h`` this
+    is ``72 B s l h^2 (1 + s/(6h) + V/(12 l h))``, i.e. Narayanan et al. eq. (3) without the
+    recomputed forward pass (Megatron-LM's ``num_floating_point_operations`` counts the
+    multi-token-prediction modules likewise).
     """
     f = forward_flops_per_token(m)
     tokens = global_batch * m.seq_len
-    return 3.0 * tokens * (m.layers * (f["gemm"] + f["attention"]) + f["logits"])
+    return 3.0 * tokens * (m.layers * (f["gemm"] + f["attention"]) + f["logits"] + f["mtp"])

@@ -22,7 +22,7 @@ MODEL_KEYS = {
     "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "head_dim",
     "gated_mlp", "tied_embeddings", "dropout", "moe_experts", "moe_top_k", "moe_ffn_hidden",
     "moe_shared_experts", "moe_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
-    "qk_nope_head_dim", "v_head_dim", "attention_window", "window_layers",
+    "qk_nope_head_dim", "v_head_dim", "attention_window", "window_layers", "mtp_layers",
 }  # fmt: skip
 TRAINING_KEYS = {"global_batch", "precision", "grad_reduce_bytes", "optimizer_state_bytes"}
 STRATEGY_KEYS = {

@@ -217,8 +217,9 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
         mtp = val["mtp_layers"]
         if mtp == "row":
             mtp = 0 if "w_o_MTP" in row["id"] else 1
+        model["mtp_layers"] = mtp
         if mtp:
-            notes.append(f"{mtp} MTP layer(s) on the last stage NOT modelled")
+            notes.append(f"{mtp} MTP layer(s) on the last stage")
     if model_key == "gpt_oss_120b":
         model["attention_window"] = arch["attention_window"]
         model["window_layers"] = arch["window_layers"]
