@@ -47,7 +47,7 @@ from codesign import collectives as coll
 from codesign import compute, memory, pipeline, workload
 from codesign.cost import cluster_cost
 from codesign.goodput import checkpoint_size_bytes
-from codesign.memory import local_params, stage_params  # noqa: F401 (re-exported)
+from codesign.memory import stage_params
 from codesign.rules import check_all, data_parallel_groups, expert_tp, sharded, zero_fractions
 from codesign.smoothing import EXACT, Smoothing, safe_div
 from codesign.specs import Efficiency, Model, Strategy, System, Training, precision_family

@@ -9,9 +9,9 @@ from conftest import example_config, small_config
 
 import codesign as cd
 from codesign import memory
+from codesign.memory import local_params
 from codesign.smoothing import EXACT
 from codesign.specs import make_strategy
-from codesign.step import local_params
 
 
 def gpt(l=24, h=2048, a=16, V=51200, s=2048) -> cd.Model:
