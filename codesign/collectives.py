@@ -34,6 +34,7 @@ that the relaxed model shares this code.
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jax import lax
 
 from codesign.smoothing import Smoothing, safe_div
 from codesign.specs import System
@@ -75,9 +76,17 @@ def tier_bandwidth_bytes_per_s(system: System) -> list:
     return [bw[t] for t in range(len(system.tiers))]
 
 
+def _domains(system: System):
+    """Each tier's domain, capped by every outer tier's: an instance holds no more
+    accelerators than the tiers around it reach (a 72-GPU NVLink rack in a 64-GPU cluster
+    joins 64), so the domains nest and ``m_t`` never falls outwards."""
+    dom = stack_tiers([t.domain for t in system.tiers])
+    return jnp.flip(lax.cummin(jnp.flip(dom, 0), axis=0), 0)
+
+
 def _members(group, system: System, sm: Smoothing):
     """``m_t`` of every tier as one array (see module docstring)."""
-    dom = stack_tiers([t.domain for t in system.tiers])
+    dom = _domains(system)
     m = jnp.ones_like(dom)
     for size, stride in group:
         m = m * sm.clamp(safe_div(dom, stride, 1.0), 1.0, jnp.maximum(size, 1.0))

@@ -115,21 +115,19 @@ class Report:
     p < 3), the multi-token-prediction modules' layers counted on the last."""
 
 
-def _strides(strategy: Strategy, sm: Smoothing) -> dict:
+def _strides(strategy: Strategy, sm: Smoothing, degrees: dict) -> dict:
     """Rank stride of each parallel dimension from the placement order.
 
-    The stride of a dimension is the product of the degrees of the dimensions laid inside
-    it (tp, cp, dp, pp; expert parallelism is carved out of the dp x cp ranks and has no
-    degree of its own in the rank order).
+    The stride of a dimension is the product of the ``degrees`` of the dimensions laid inside
+    it (a dimension missing from ``degrees`` has degree 1 there).
     """
     st = strategy
     names = ("tp", "cp", "ep", "dp", "pp")
     rank = dict(zip(names, [st.placement[i] for i in range(5)], strict=True))
-    real = {"tp": st.tp, "cp": st.cp, "dp": st.dp, "pp": st.pp}
     out = {}
     for d in names:
         s = 1.0
-        for e, deg in real.items():
+        for e, deg in degrees.items():
             if e != d:
                 s = s * (1.0 + sm.before(rank[e], rank[d]) * (deg - 1.0))
         out[d] = s
@@ -137,24 +135,27 @@ def _strides(strategy: Strategy, sm: Smoothing) -> dict:
 
 
 def parallel_groups(strategy: Strategy, sm: Smoothing = EXACT) -> dict:
-    """``(size, stride)`` dimensions of every communication group (see :mod:`collectives`)."""
+    """``(size, stride)`` dimensions of every communication group (see :mod:`collectives`).
+
+    Dense groups: tp, cp, dp and pp in the placement order (expert parallelism has no
+    degree of its own there: it is carved out of the tp x cp x dp ranks).  Expert groups, by
+    MoE parallel folding, as Megatron-Core's expert rank generator lays them (``RankGenerator
+    (tp=etp, ep=ep, dp=edp, pp=pp, cp=1, order)`` in ``parallel_state.initialize_model_
+    parallel``): the same order with etp in tp's place, the expert data parallelism in dp's
+    and no cp, so the expert groups tile each pipeline stage's tp x cp x dp ranks."""
     st = strategy
-    s = _strides(st, sm)
+    s = _strides(st, sm, {"tp": st.tp, "cp": st.cp, "dp": st.dp, "pp": st.pp})
     _, edp = data_parallel_groups(st)
-    # MoE parallel folding: the expert ranks are laid etp innermost (on the tensor-parallel
-    # ranks' stride), then ep, then the expert data parallelism, so etp replaces tp in the
-    # stride of ep when tp is laid inside ep.
     etp = expert_tp(st)
-    inside = sm.before(st.placement[0], st.placement[2])
-    s_ep = s["ep"] / (1.0 + inside * (st.tp - 1.0)) * (1.0 + inside * (etp - 1.0))
+    x = _strides(st, sm, {"tp": etp, "ep": st.ep, "dp": edp, "pp": st.pp})
     return {
         "tp": [(st.tp, s["tp"])],
         "cp": [(st.cp, s["cp"])],
-        "ep": [(st.ep, s_ep)],
-        "etp": [(etp, s["tp"])],
+        "ep": [(st.ep, x["ep"])],
+        "etp": [(etp, x["tp"])],
         "pp": [(st.pp, s["pp"])],
         "dp": [(st.cp, s["cp"]), (st.dp, s["dp"])],
-        "edp": [(edp, s_ep * st.ep)],
+        "edp": [(edp, x["dp"])],
     }
 
 
@@ -304,11 +305,14 @@ def evaluate_unchecked(
     t_ep = moe_frac * ep_one * (1.0 - st.overlap_moe_comm * ep_overlap)
 
     # Activation offloading: the offloaded bytes go to the host during the forward pass and
-    # come back for the backward pass, hidden up to offload_overlap_eff of each.
+    # come back for the backward pass, hidden up to offload_overlap_eff of each pass's time
+    # (its compute and its exposed context-parallel all-gathers, which hide behind the same
+    # attention: counting the attention as a window twice would let faster compute slow it).
     host = sy.accelerator.host_link_gbps * 1e9
     off_s = safe_div(st.offload_activations * memory.stored_per_layer(act, st), host)
-    t_off = sm.relu(off_s - eff.offload_overlap_eff * layer_fwd, scale=layer_fwd) + sm.relu(
-        off_s - eff.offload_overlap_eff * layer_bwd, scale=layer_bwd
+    off_fwd, off_bwd = layer_fwd + cp_fwd, layer_bwd + 2.0 * cp_bwd
+    t_off = sm.relu(off_s - eff.offload_overlap_eff * off_fwd, scale=off_fwd) + sm.relu(
+        off_s - eff.offload_overlap_eff * off_bwd, scale=off_bwd
     )
 
     # ---- the slowest stage ---------------------------------------------------------------
@@ -383,9 +387,14 @@ def evaluate_unchecked(
     t_dp = dense_dp + has_experts * expert_dp
     t_block = st.overlap_dp * (dense_block + has_experts * expert_block)
     t_outer = dense_outer + has_experts * expert_outer
-    # an exposed parameter all-gather leaves the reduce-scatter the backward pass alone
+    # An exposed parameter all-gather leaves the reduce-scatter the backward pass alone.  The
+    # window is the passes' time on the critical path: compute and the exposed tensor-,
+    # context- and expert-parallel and offload time, shared out over the passes like the
+    # compute (the other transfers hide behind parts of the same compute, so a window of
+    # compute alone would count those parts twice and let faster compute slow a step).
     fwd_window = 1.0 - (z[1] + z[2]) * (1.0 - st.overlap_param_gather)
-    window = (1.0 - z[3]) * (fwd_window * t_fwd + t_bwd) + z[3] * n_mb * (t_fwd + t_bwd + t_rec)
+    stretch = safe_div(t_mb, t_fwd + t_bwd + t_rec, 1.0)  # t_mb: compute and exposed time
+    window = (1.0 - z[3]) * (fwd_window * t_fwd + t_bwd) * stretch + z[3] * n_mb * t_mb
     window = st.overlap_dp * eff.dp_overlap_eff * window
 
     def charged(t, window):
@@ -397,7 +406,7 @@ def evaluate_unchecked(
     dp_beyond, dp_exposed = charged(t_dp - t_block, window)
     dp_beyond, dp_exposed = dp_beyond + t_block, dp_exposed + t_block
     h = jnp.maximum(st.outer_sync_interval, 1.0)
-    hidden = st.outer_overlap * h * n_mb * (t_fwd + t_bwd + t_rec)
+    hidden = st.outer_overlap * h * n_mb * t_mb
     dp_exposed = dp_exposed + diloco * charged(t_outer, hidden)[1] / h
 
     # ---- optimizer: on the accelerator, and the offloaded part on the host CPU -----------

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from codesign import collectives as coll
-from codesign.smoothing import EXACT
+from codesign.smoothing import EXACT, Smoothing
 from codesign.specs import Accelerator, System, Tier
 
 ACC = Accelerator(
@@ -183,3 +183,51 @@ def test_parallel_groups_default_placement():
     assert [tuple(map(float, d)) for d in g2["pp"]] == [(4.0, 1.0)]
     assert [tuple(map(float, d)) for d in g2["tp"]] == [(8.0, 4.0)]
     assert [tuple(map(float, d)) for d in g2["dp"]] == [(1.0, 32.0), (16.0, 32.0)]
+
+
+def test_expert_groups_fold_over_tp_cp_dp_without_cp():
+    """MoE parallel folding as Megatron-Core's expert rank generator lays the ranks
+    (``RankGenerator(tp=etp, ep=ep, dp=edp, pp=pp, cp=1, order="tp-cp-ep-dp-pp")`` in
+    ``parallel_state.initialize_model_parallel``): ep sits right outside etp, never outside
+    cp, and the expert data parallelism outside ep.  Grok-1 on 64 H100 (DGX Cloud recipe:
+    tp 4, cp 2, ep 8, dp 8): etp = tp = 4, ep stride 4 (ranks 0, 4, ..., 28), edp = 4 x 2 x 8
+    / (8 x 4) = 2 with stride 32."""
+    from codesign.specs import make_strategy
+    from codesign.step import parallel_groups
+
+    st = make_strategy(tp=4, pp=1, dp=8, cp=2, ep=8)
+    g = parallel_groups(st, EXACT)
+    assert [tuple(map(float, d)) for d in g["etp"]] == [(4.0, 1.0)]
+    assert [tuple(map(float, d)) for d in g["ep"]] == [(8.0, 4.0)]
+    assert [tuple(map(float, d)) for d in g["edp"]] == [(2.0, 32.0)]
+    # etp 1 with ep = tp x cp x dp: one expert group of all 64 consecutive ranks.
+    st1 = make_strategy(tp=8, pp=1, dp=4, cp=2, ep=64, etp=1)
+    g1 = parallel_groups(st1, EXACT)
+    assert [tuple(map(float, d)) for d in g1["ep"]] == [(64.0, 1.0)]
+    assert [tuple(map(float, d)) for d in g1["edp"]] == [(1.0, 64.0)]
+    # Every expert group fits in the tp x cp x dp ranks of a pipeline stage.
+    for s in (st, st1):
+        gg = parallel_groups(s, EXACT)
+        (ep, ep_stride), (edp, edp_stride) = gg["ep"][0], gg["edp"][0]
+        assert float(ep * ep_stride) <= float(s.tp * s.cp * s.dp)
+        assert float(edp * edp_stride) <= float(s.tp * s.cp * s.dp)
+
+
+def test_inner_domain_larger_than_cluster_counts_as_the_cluster():
+    """A 72-GPU NVLink domain in a 64-GPU cluster joins 64: an all-to-all over all 64 stays
+    on the inner tier (none of it over the outer one), members never fall outwards."""
+    inner = Tier(domain=72.0, bandwidth_gbps=900.0, latency_us=2.5)
+    sy = system(inner, Tier(domain=64.0, bandwidth_gbps=50.0, latency_us=5.0), n=64)
+    m = coll.members_per_tier([(64.0, 1.0)], sy, EXACT)
+    assert [float(x) for x in m] == [64.0, 64.0]
+    got = coll.all_to_all_time(S, [(64.0, 1.0)], sy, EXACT)
+    assert close(got, 2.5e-6 + 63 / 64 * S / 900e9)
+    # Relaxed: the smooth clamp of 72 and of 64 differ, and without the cap the inner tier
+    # had more members than the outer one, a negative share over the outer tier and an
+    # all-to-all four times too fast at tau = 0.1.
+    for tau in (0.1, 0.01):
+        sm = Smoothing(exact=False, tau=tau)
+        m0, m1 = (float(x) for x in coll.members_per_tier([(64.0, 1.0)], sy, sm))
+        assert m0 <= m1
+        relaxed = coll.all_to_all_time(S, [(64.0, 1.0)], sy, sm)
+        assert abs(float(relaxed) / float(got) - 1.0) < 10 * tau
