@@ -24,7 +24,10 @@ with two gathers (ZeRO-3/FSDP), at ``dp_comm_eff`` of the tiers' collective band
 With ``overlap_dp`` on, up to ``dp_overlap_eff`` of one micro-batch's forward and backward
 hides it (gradient buckets reduce during the last backward; the distributed optimizer's
 parameter all-gather overlaps the next forward; with ``overlap_param_gather`` off that
-all-gather is exposed), and for ZeRO-3 the compute of all micro-batches (parameter prefetch).
+all-gather is exposed), and for ZeRO-3 all micro-batches (parameter prefetch); a pass counts
+with its exposed TP, CP, EP and offload time, since those transfers hide behind parts of the
+same compute (a window of compute alone would count them twice, and a faster accelerator
+could then slow a step).
 A low-precision run's 16-bit layers (``Training.bf16_layers_start`` / ``_end``) add their
 extra 16-bit time to the stages that hold them (:func:`codesign.pipeline.bf16_stage_layers`),
 the optimizer step moves :func:`codesign.compute.optimizer_step_bytes` per parameter, and the
