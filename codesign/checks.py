@@ -124,9 +124,13 @@ def _check_hybrid(m) -> None:
                 m.mamba_groups,
                 f"a divisor of mamba_heads = {m.mamba_heads:g}",
             )
-    free = float(m.mlp_free_layers)
-    if free != int(free):
-        raise SpecError("model.mlp_free_layers", free, "an integer")
+    # negative when a hybrid pattern has more MLP blocks than mixers ("M--*--": -2)
+    try:
+        free = float(m.mlp_free_layers)
+    except (TypeError, ValueError):
+        free = math.nan
+    if not math.isfinite(free) or free != int(free):
+        raise SpecError("model.mlp_free_layers", m.mlp_free_layers, "an integer")
     room = float(m.layers) - float(m.moe_layers)
     if free > room or (room == 0 and free != 0):
         raise SpecError(

@@ -469,3 +469,19 @@ def test_custom_accelerator_needs_no_fp8_peak_unless_it_trains_in_fp8():
     with pytest.raises(cd.SpecError) as e:
         cd.load_run_dict(doc)
     assert e.value.field == "training.precision"
+
+
+@pytest.mark.parametrize(("table", "key"), [("strategy", "etp"), ("model", "mlp_free_layers")])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_counts_name_their_field(table, key, value):
+    """NaN or infinity in a count that may be 0 (or, for mlp_free_layers, negative) is an
+    input error naming the field, not a ValueError from an int() deep in the checks."""
+    d = {
+        "model": {"preset": "nemotron-h-8b"},
+        "training": {"global_batch": 128},
+        "system": {"accelerator": "h100-sxm5-80gb", "num_accelerators": 16},
+        "strategy": {"tp": 2, "pp": 2, "dp": 4},
+    }
+    d[table][key] = value
+    with pytest.raises(cd.SpecError, match=f"{table}.{key}"):
+        cd.load_run_dict(d)
