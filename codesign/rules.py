@@ -372,7 +372,7 @@ RULES: tuple[Rule, ...] = (
 """The validity rules, in the order :func:`check_strategy` reports them."""
 
 _DEGREES = ("tp", "pp", "dp", "cp", "ep", "microbatch", "interleave")
-_ZERO_OR_COUNT = ("pp_first_layers", "pp_last_layers", "etp")  # 0: automatic / same as tp
+_LAYER_COUNTS = ("pp_first_layers", "pp_last_layers")
 _FRACTIONS = ("recompute_fraction", "offload_activations", "offload_optimizer")
 
 
@@ -384,7 +384,7 @@ def valid_mask(specs: dict):
     ok = jnp.asarray(True)
     for d in _DEGREES:
         ok &= _integer(jnp, getattr(st, d))
-    for d in _ZERO_OR_COUNT:
+    for d in _LAYER_COUNTS:
         x = getattr(st, d)
         ok &= (jnp.floor(x) == x) & (x >= 0)
     for d in _FRACTIONS:
@@ -409,7 +409,7 @@ def check_strategy(st: Strategy, model: Model, training: Training, system: Syste
             raise SpecError(
                 f"strategy.{name}", arr.tolist(), f"weights over {k} options summing to 1"
             )
-    for d in _ZERO_OR_COUNT:
+    for d in (*_LAYER_COUNTS, "etp"):  # etp: finite before the rules read it (0: same as tp)
         positive(f"strategy.{d}", getattr(st, d), integer=True, allow_zero=True)
     for d in _FRACTIONS:
         if not 0 <= positive(f"strategy.{d}", getattr(st, d), allow_zero=True) <= 1:
