@@ -163,11 +163,12 @@ plot_heatmap(hm_t, ax=ax)
 plt.show()
 
 # %% [markdown]
-# Growing the NVLink domain is worth far more than doubling the scale-out bandwidth: it
-# cuts the time to train by almost a quarter *and* the cost (the time saved outweighs the
-# domain premium), while the doubled InfiniBand saves about 5 % of the time for about 12 %
-# more cost. The best strategy changes along the way (outlined): with 64 GPUs per domain
-# the pipeline goes (pp 1) and ZeRO-2 data parallelism runs over NVLink.
+# Growing the NVLink domain is worth more than doubling the scale-out bandwidth: at the
+# presets of 2026-12-06 it cuts the time to train by more than a quarter *and* the cost (the
+# time saved outweighs the domain premium), while the doubled InfiniBand saves about 11 % of
+# the time for about 5 % more cost. The best strategy changes along the way (outlined): with
+# 64 GPUs per domain the pipeline goes (pp 1) and ZeRO-2 data parallelism runs over NVLink;
+# with the doubled InfiniBand, tp 16 spans two nodes and the pipeline goes too.
 #
 # ## 2. Llama 3 405B on 16,384 H100: what is 1 GB more HBM worth?
 #
