@@ -42,9 +42,12 @@ UNITS = {
     "step_time": (1.0, "s"),
     "time_to_train": (1.0, "days"),
     "cost_to_train": (1e-6, "M$"),
+    "usd_per_token": (1e6, "$/M-tokens"),
     "energy_to_train": (1.0, "MWh"),
+    "neg_mfu": (-100.0, "%-MFU"),
 }
-"""The objective's scale and unit in the block (the sweep reports seconds, days, USD, MWh)."""
+"""The objective's scale and unit in the block (the sweep reports seconds, days, USD, USD per
+token, MWh and minus the MFU)."""
 
 
 def _num(x: float) -> str:

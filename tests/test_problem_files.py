@@ -100,8 +100,9 @@ def test_mixtral_optimum_uses_expert_parallelism_without_pipelining():
 
 
 _STATED = [p for p in PROBLEMS if "# Sweep optimum" in p.read_text()]
-_UNIT = {"cost_to_train": 1e-6}
-"""The blocks state costs in M$; every other objective in its own unit."""
+_UNIT = {"cost_to_train": 1e-6, "usd_per_token": 1e6, "neg_mfu": -100.0}
+"""The blocks state costs in M$, prices per M tokens, MFU in %; every other objective in its
+own unit."""
 
 
 def _stated(text: str) -> tuple[str, float, dict]:
