@@ -16,6 +16,7 @@ from codesign.efficiency import FLEX_RATIOS
 
 __all__ = [
     "SpecError",
+    "MAX_COUNT",
     "positive",
     "check_model",
     "check_system",
@@ -34,7 +35,16 @@ class SpecError(ValueError):
         super().__init__(f"{field} = {value!r} is invalid: {allowed}")
 
 
+MAX_COUNT = 2.0**53
+"""The largest integer count accepted (9.0e15): float64, in which every count is stored, holds
+every integer only up to 2**53; beyond it ``x == round(x)`` and the divisibility rules say
+nothing (IEEE 754 binary64, 53-bit significand)."""
+
+
 def positive(field: str, value, integer: bool = False, allow_zero: bool = False) -> float:
+    """``float(value)``, checked: finite, positive (or 0 where ``allow_zero``) and, where
+    ``integer``, an integer no larger than :data:`MAX_COUNT`; else a :class:`SpecError`
+    naming ``field``."""
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -47,6 +57,10 @@ def positive(field: str, value, integer: bool = False, allow_zero: bool = False)
         raise SpecError(field, value, "a positive number" + (" or 0" if allow_zero else ""))
     if integer and v != round(v):
         raise SpecError(field, value, "a positive integer")
+    if integer and v > MAX_COUNT:
+        raise SpecError(
+            field, value, f"an integer up to 2**53 = {MAX_COUNT:.4g} (exact in float64)"
+        )
     return v
 
 

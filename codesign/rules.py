@@ -45,6 +45,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from codesign.checks import MAX_COUNT
 from codesign.pipeline import layout_valid
 from codesign.specs import (
     PRECISIONS,
@@ -161,7 +162,8 @@ def _divides(xp, a, b):
 
 
 def _integer(xp, x):
-    return (xp.floor(x) == x) & (x >= 1)
+    """``x`` is a positive integer that float64 holds exactly (:data:`~codesign.checks.MAX_COUNT`)."""
+    return (xp.floor(x) == x) & (x >= 1) & (x <= MAX_COUNT)
 
 
 def _g(x) -> str:
@@ -386,7 +388,7 @@ def valid_mask(specs: dict):
         ok &= _integer(jnp, getattr(st, d))
     for d in _LAYER_COUNTS:
         x = getattr(st, d)
-        ok &= (jnp.floor(x) == x) & (x >= 0)
+        ok &= (jnp.floor(x) == x) & (x >= 0) & (x <= MAX_COUNT)
     for d in _FRACTIONS:
         x = getattr(st, d)
         ok &= (x >= 0) & (x <= 1)

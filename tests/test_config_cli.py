@@ -485,3 +485,28 @@ def test_non_finite_counts_name_their_field(table, key, value):
     d[table][key] = value
     with pytest.raises(cd.SpecError, match=f"{table}.{key}"):
         cd.load_run_dict(d)
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ("strategy", "tp"),
+        ("strategy", "microbatch"),
+        ("model", "layers"),
+        ("training", "global_batch"),
+        ("system", "num_accelerators"),
+    ],
+)
+@pytest.mark.parametrize("value", [2.0**53 + 2, 1e300])
+def test_counts_beyond_exact_float64_integers_name_their_field(table, key, value):
+    """A count above 2**53 is an input error naming the field: float64 holds every integer
+    only that far, so an integer test and the divisibility rules would say nothing there."""
+    d = {
+        "model": {"preset": "llama3-8b"},
+        "training": {"global_batch": 128},
+        "system": {"accelerator": "h100-sxm5-80gb", "num_accelerators": 16},
+        "strategy": {"tp": 2, "pp": 1, "dp": 8},
+    }
+    d[table][key] = value
+    with pytest.raises(cd.SpecError, match=rf"{table}.{key} = .*2\*\*53"):
+        cd.load_run_dict(d)

@@ -155,3 +155,21 @@ def test_interleaving_needs_at_least_pp_microbatches():
     assert e.value.field == "strategy.interleave"
     assert "fewer micro-batches than pp = 4" in str(e.value)
     assert not _mask(*args, st(2, 16))
+
+
+def test_traced_integer_test_stops_where_float64_integers_stop():
+    """The mask's integer test has the host check's bound (codesign.checks.MAX_COUNT), so the
+    two agree beyond it too."""
+    from codesign.checks import MAX_COUNT
+
+    x = jnp.array([1.0, MAX_COUNT, MAX_COUNT + 2, 1e300, 1.5, 0.0])
+    np.testing.assert_array_equal(
+        np.asarray(rules._integer(jnp, x)), [True, True, False, False, False, False]
+    )
+    for v in (MAX_COUNT, MAX_COUNT + 2):
+        host = True
+        try:
+            cd.checks.positive("x", v, integer=True)
+        except cd.SpecError:
+            host = False
+        assert host == bool(rules._integer(jnp, jnp.asarray(v)))
