@@ -128,8 +128,11 @@ def question_domain(out: Path) -> list[str]:
         if dom_gain > bw_gain
         else "Doubling the scale-out bandwidth is worth more"
     )
-    arc = f"the arc over 25-100 GB/s: fixed {e_bw.fixed:+.3f}, re-optimized {e_bw.reoptimized:+.3f}"
-    if e_bw.absorbed >= 0:
+    fx, ro = (("n/a" if e is None else f"{e:+.3f}") for e in (e_bw.fixed, e_bw.reoptimized))
+    arc = f"the arc over 25-100 GB/s: fixed {fx}, re-optimized {ro}"
+    if e_bw.absorbed is None:
+        why = f"the two cannot be compared here ({arc})."
+    elif e_bw.absorbed >= 0:
         why = (
             f"re-optimizing absorbs {100 * e_bw.absorbed:.0f} % of it ({arc}), because the best "
             "strategy already keeps the heavy traffic on NVLink."
