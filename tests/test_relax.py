@@ -202,3 +202,21 @@ def test_gradients_finite_in_design_box():
         assert bool(jnp.all(jnp.isfinite(leaf))), name
         # Every free variable gets an informative gradient somewhere in the box.
         assert float(jnp.max(jnp.abs(leaf))) > 1e-6, name
+
+
+@pytest.mark.parametrize("tau", [0.3, 0.1, 0.01, 1e-3])
+@pytest.mark.parametrize("n", [2, 5, 16, 64])
+def test_smooth_max_stays_within_its_documented_factor(n, tau):
+    """The relaxed maximum of ``n`` non-negative terms lies in ``[max, max * n**tau]``
+    (codesign.smoothing: the p-norm with p = 1/tau; equality at the top when all terms are
+    equal): the relative error of one maximum is at most ``tau ln n`` to first order, which
+    is why a step that takes maxima over many stages approaches the exact model with a
+    constant above 1."""
+    soft = Smoothing(exact=False, tau=tau)
+    rng = np.random.default_rng(n)
+    for x in (rng.uniform(0.0, 3.0, size=(50, n)), np.full((1, n), 2.0)):
+        hard = x.max(axis=1)
+        got = np.asarray(soft.max_reduce(jnp.asarray(x), axis=1))
+        assert np.all(got >= hard * (1 - 1e-12))
+        assert np.all(got <= hard * n**tau * (1 + 1e-12))
+    np.testing.assert_allclose(got, 2.0 * n**tau, rtol=1e-9)  # all equal: the bound is attained
