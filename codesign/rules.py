@@ -161,9 +161,10 @@ def _divides(xp, a, b):
     return (xp.mod(b, a) == 0) & (a >= 1)
 
 
-def _integer(xp, x):
-    """``x`` is a positive integer that float64 holds exactly (:data:`~codesign.checks.MAX_COUNT`)."""
-    return (xp.floor(x) == x) & (x >= 1) & (x <= MAX_COUNT)
+def _integer(xp, x, low=1.0):
+    """``x`` is an integer from ``low`` up to what float64 holds exactly
+    (:data:`~codesign.checks.MAX_COUNT`)."""
+    return (xp.floor(x) == x) & (x >= low) & (x <= MAX_COUNT)
 
 
 def _g(x) -> str:
@@ -387,8 +388,7 @@ def valid_mask(specs: dict):
     for d in _DEGREES:
         ok &= _integer(jnp, getattr(st, d))
     for d in _LAYER_COUNTS:
-        x = getattr(st, d)
-        ok &= (jnp.floor(x) == x) & (x >= 0) & (x <= MAX_COUNT)
+        ok &= _integer(jnp, getattr(st, d), low=0.0)
     for d in _FRACTIONS:
         x = getattr(st, d)
         ok &= (x >= 0) & (x <= 1)
