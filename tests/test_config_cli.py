@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import EXAMPLE_TOML, REPO
+from conftest import EXAMPLE_TOML, REPO, small_doc
 
 import codesign as cd
 from codesign.cli import main
@@ -471,22 +471,13 @@ def test_custom_accelerator_needs_no_fp8_peak_unless_it_trains_in_fp8():
     assert e.value.field == "training.precision"
 
 
-def _small_doc(preset: str, strategy: dict) -> dict:
-    """A run document of ``preset`` on 16 H100 at global batch 128 with ``strategy``."""
-    return {
-        "model": {"preset": preset},
-        "training": {"global_batch": 128},
-        "system": {"accelerator": "h100-sxm5-80gb", "num_accelerators": 16},
-        "strategy": dict(strategy),
-    }
-
-
 @pytest.mark.parametrize(("table", "key"), [("strategy", "etp"), ("model", "mlp_free_layers")])
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_non_finite_counts_name_their_field(table, key, value):
     """NaN or infinity in a count that may be 0 (or, for mlp_free_layers, negative) is an
     input error naming the field, not a ValueError from an int() deep in the checks."""
-    d = _small_doc("nemotron-h-8b", {"tp": 2, "pp": 2, "dp": 4})
+    d = small_doc()
+    d["model"] = {"preset": "nemotron-h-8b"}
     d[table][key] = value
     with pytest.raises(cd.SpecError, match=f"{table}.{key}"):
         cd.load_run_dict(d)
@@ -506,7 +497,7 @@ def test_non_finite_counts_name_their_field(table, key, value):
 def test_counts_beyond_exact_float64_integers_name_their_field(table, key, value):
     """A count above 2**53 is an input error naming the field: float64 holds every integer
     only that far, so an integer test and the divisibility rules would say nothing there."""
-    d = _small_doc("llama3-8b", {"tp": 2, "pp": 1, "dp": 8})
+    d = small_doc()
     d[table][key] = value
     with pytest.raises(cd.SpecError, match=rf"{table}.{key} = .*2\*\*53"):
         cd.load_run_dict(d)

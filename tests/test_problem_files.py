@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import experiment_module
 
 import codesign as cd
 from codesign.search import OBJECTIVES, distributed_sweep, load_problem
@@ -100,9 +101,8 @@ def test_mixtral_optimum_uses_expert_parallelism_without_pipelining():
 
 
 _STATED = [p for p in PROBLEMS if "# Sweep optimum" in p.read_text()]
-_UNIT = {"cost_to_train": 1e-6, "usd_per_token": 1e6, "neg_mfu": -100.0}
-"""The blocks state costs in M$, prices per M tokens, MFU in %; every other objective in its
-own unit."""
+_UNITS = experiment_module("refresh_problem_optima").UNITS
+"""The scale and unit of each objective in the blocks (the refresher's)."""
 
 
 def _stated(text: str) -> tuple[str, float, dict]:
@@ -127,11 +127,11 @@ def _stated(text: str) -> tuple[str, float, dict]:
 
 def _same(stated: dict, point: dict) -> bool:
     """The stated point is the sweep's (numbers to the block's four digits)."""
+    point = {k.removeprefix("strategy.").removeprefix("system."): v for k, v in point.items()}
+    if set(stated) != set(point):
+        return False
     for key, value in point.items():
-        short = key.removeprefix("strategy.").removeprefix("system.")
-        text = stated.get(short)
-        if text is None:
-            return False
+        text = stated[key]
         if isinstance(value, (list, tuple)):
             value = "-".join(map(str, value))
         if isinstance(value, (int, float, np.number)):
@@ -139,7 +139,7 @@ def _same(stated: dict, point: dict) -> bool:
                 return False
         elif text != str(value):
             return False
-    return set(stated) == {k.removeprefix("strategy.").removeprefix("system.") for k in point}
+    return True
 
 
 @pytest.mark.slow
@@ -153,7 +153,7 @@ def test_stated_sweep_optimum_is_current(path):
     objective, value, point = _stated(path.read_text())
     best = res.best_values[0]
     assert objective == pb.objective
-    assert math.isclose(value, best * _UNIT.get(pb.objective, 1.0), rel_tol=1e-3), (value, best)
+    assert math.isclose(value, best * _UNITS[pb.objective][0], rel_tol=1e-3), (value, best)
     tied = [
         i for i in range(min(_TOP, len(res.best_values))) if res.best_values[i] <= best * (1 + 1e-6)
     ]
