@@ -79,8 +79,9 @@ def _number(field: str, value: Any) -> float:
 def _fill(
     cls, table: dict, section: str, skip: set = frozenset(), extra: dict | None = None
 ) -> Any:
-    """Build dataclass ``cls`` from ``table``, checking keys and number types."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    """Build dataclass ``cls`` from ``table``, checking keys and number types (its dynamic
+    fields: a static one, such as ``Model.parts``, is not a key)."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("pytree_node", True)}
     kwargs = {}
     for key, value in table.items():
         if key in _META_KEYS or key in skip:

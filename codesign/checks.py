@@ -64,8 +64,26 @@ def positive(field: str, value, integer: bool = False, allow_zero: bool = False)
     return v
 
 
+PART_FIELDS = {
+    "moe": ("moe_experts", "moe_top_k", "moe_ffn_hidden", "moe_shared_experts", "moe_layers"),
+    "mla": ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"),
+    "mamba": (
+        "mamba_layers", "mamba_state_dim", "mamba_head_dim", "mamba_heads", "mamba_groups",
+        "mamba_conv_kernel",
+    ),
+    "mtp": ("mtp_layers",),
+}  # fmt: skip
+"""The :class:`Model` fields of each optional part of the layer (``Model.parts``): a part is
+needed when any of its fields is nonzero."""
+
+MODEL_PARTS = tuple(PART_FIELDS)
+"""The optional parts of a layer: mixture of experts, multi-head latent attention, Mamba-2
+mixers, multi-token prediction."""
+
+
 def check_model(m) -> None:
     """Check a concrete :class:`Model`; raise :class:`SpecError` on the first bad field."""
+    _check_parts(m)
     for f in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len"):
         positive(f"model.{f}", getattr(m, f), integer=True)
     if float(m.heads) % float(m.kv_heads):
@@ -116,6 +134,24 @@ def check_model(m) -> None:
             raise SpecError(
                 "model.moe_layers", m.moe_layers, f"between 1 and layers = {m.layers:g}"
             )
+
+
+def _check_parts(m) -> None:
+    """``Model.parts``: ``None`` or a tuple of known parts, listing every part with a nonzero
+    field (a part left out is not in the compiled step)."""
+    if m.parts is None:
+        return
+    if not isinstance(m.parts, tuple) or any(p not in MODEL_PARTS for p in m.parts):
+        raise SpecError("model.parts", m.parts, f"None or a tuple of {list(MODEL_PARTS)}")
+    for part, fields in PART_FIELDS.items():
+        for f in fields:
+            if part not in m.parts and float(getattr(m, f)) != 0:
+                raise SpecError(
+                    f"model.{f}",
+                    getattr(m, f),
+                    f"0 while model.parts = {m.parts} leaves out {part!r} (add it, or set "
+                    "parts=None: codesign.workload.with_parts)",
+                )
 
 
 _MAMBA = ("mamba_state_dim", "mamba_head_dim", "mamba_heads", "mamba_groups")

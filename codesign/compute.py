@@ -244,51 +244,59 @@ def layer_times(
     def g(mm, nn, kk):
         return gemm_time(mm, nn, kk, peak, eff, sm)
 
+    # The optional parts (MoE, MLA, Mamba, MTP; workload.has_part) are traced only where the
+    # model has them: left out, each term below is what it is with the part's fields zero.
+    has_moe, has_mla, has_mamba = (workload.has_part(m, p) for p in ("moe", "mla", "mamba"))
     gemms = workload.attention_gemms(m)
     attn_proj = sum(g(tokens, *_split(n, k, how, st.tp)) for n, k, how in gemms)
-    mla_up = g(tokens, *_split(gemms[2][0], gemms[2][1], "n", st.tp)) + g(
-        tokens, *_split(gemms[4][0], gemms[4][1], "n", st.tp)
-    )
+    mla_up = 0.0
+    if has_mla:
+        mla_up = g(tokens, *_split(gemms[2][0], gemms[2][1], "n", st.tp)) + g(
+            tokens, *_split(gemms[4][0], gemms[4][1], "n", st.tp)
+        )
     ff = m.ffn_hidden / st.tp
     dense_mlp = g(tokens, (mats - 1.0) * ff, h) + g(tokens, h, ff)
+    fr = workload.fractions(m)
+    moe_frac = fr["moe"]
+    dense_frac = 1.0 - moe_frac - fr["free"]
     # MoE layer under parallel folding: router, routed experts (E/ep local experts of width
     # f_e/etp, tokens*top_k*etp/tp slots per rank), shared experts (split by tp).
-    etp = expert_tp(st)
-    fe_e = m.moe_ffn_hidden / etp
-    fe = m.moe_ffn_hidden / st.tp
-    local_experts = jnp.maximum(safe_div(m.moe_experts, st.ep, 1.0), 1.0)
-    slots = tokens * m.moe_top_k * etp / st.tp
-    per_expert = safe_div(slots, local_experts)
-    grouped = eff.grouped_gemm_eff * safe_div(
-        per_expert, per_expert + eff.grouped_gemm_half_tokens, 1.0
-    )
-    routed = safe_div(
-        local_experts
-        * (g(per_expert, (mats - 1.0) * fe_e, h) + g(per_expert, h, fe_e))
-        * eff.moe_imbalance,
-        grouped,
-    )
-    shared = m.moe_shared_experts * (g(tokens, (mats - 1.0) * fe, h) + g(tokens, h, fe))
-    router = g(tokens, jnp.maximum(m.moe_experts, 1.0), h)
-    moe_mlp = router + routed + shared
-    moe_frac = safe_div(m.moe_layers, m.layers)
-    fr = workload.fractions(m)
-    dense_frac = 1.0 - moe_frac - fr["free"]
-    mamba_proj = sum(g(tokens, *_split(n, k, how, st.tp)) for n, k, how in workload.mamba_gemms(m))
-    ssd = safe_div(tokens * workload.ssd_flops_per_token(m) / st.tp, peak_half * eff.ssd_eff)
-    gemm = (
-        fr["attention"] * attn_proj
-        + dense_frac * dense_mlp
-        + moe_frac * moe_mlp
-        + fr["mamba"] * (mamba_proj + ssd)
-    )
+    slots, fe_e, moe_mlp, moe_permute, moe_act = 0.0, 0.0, 0.0, 0.0, 0.0
+    if has_moe:
+        etp = expert_tp(st)
+        fe_e = m.moe_ffn_hidden / etp
+        fe = m.moe_ffn_hidden / st.tp
+        local_experts = jnp.maximum(safe_div(m.moe_experts, st.ep, 1.0), 1.0)
+        slots = tokens * m.moe_top_k * etp / st.tp
+        per_expert = safe_div(slots, local_experts)
+        grouped = eff.grouped_gemm_eff * safe_div(
+            per_expert, per_expert + eff.grouped_gemm_half_tokens, 1.0
+        )
+        routed = safe_div(
+            local_experts
+            * (g(per_expert, (mats - 1.0) * fe_e, h) + g(per_expert, h, fe_e))
+            * eff.moe_imbalance,
+            grouped,
+        )
+        shared = m.moe_shared_experts * (g(tokens, (mats - 1.0) * fe, h) + g(tokens, h, fe))
+        router = g(tokens, jnp.maximum(m.moe_experts, 1.0), h)
+        moe_mlp = router + routed + shared
+    ssd = 0.0
+    gemm = fr["attention"] * attn_proj + dense_frac * dense_mlp + moe_frac * moe_mlp
+    if has_mamba:
+        gemms_mamba = workload.mamba_gemms(m)
+        mamba_proj = sum(g(tokens, *_split(n, k, how, st.tp)) for n, k, how in gemms_mamba)
+        ssd = safe_div(tokens * workload.ssd_flops_per_token(m) / st.tp, peak_half * eff.ssd_eff)
+        gemm = gemm + fr["mamba"] * (mamba_proj + ssd)
 
     qk, v = workload.attention_core_dims(m)
     # Widths of the keys and values the kernel reads (GQA: the kv heads; MLA: every head).
-    mla = workload.is_mla(m)
     kv_width = workload.attention_dims(m)[1]
-    k_width = mla * qk + (1.0 - mla) * kv_width
-    v_width = mla * v + (1.0 - mla) * kv_width
+    k_width, v_width = kv_width, kv_width
+    if has_mla:
+        mla = workload.is_mla(m)
+        k_width = mla * qk + (1.0 - mla) * kv_width
+        v_width = mla * v + (1.0 - mla) * kv_width
     keys = workload.attention_keys(m)
     attn_flops = fr["attention"] * 2.0 * tokens * keys * (qk + v) / st.tp
     # FP8 attention: the fp8_attention fraction of the matmuls at the FP8 peak (time blended,
@@ -310,20 +318,18 @@ def layer_times(
     # flex dispatcher (DeepEP or HybridEP: one permute kernel beside the communication), times
     # moe_permute_factor (router softmax/top-k, padding, unfused kernels; calibrated), times
     # moe_permute_flex_ratio with the flex dispatcher (calibrated apart).
-    copies = jnp.minimum(st.moe_permute_copies, 1.0 + sm.step(local_experts - 1.0))
-    permute_factor = eff.moe_permute_factor * flex_mix(st, eff.moe_permute_flex_ratio)
-    moe_permute = moe_frac * 2.0 * copies * 2.0 * 2.0 * slots * h / hbm * permute_factor
+    if has_moe:
+        copies = jnp.minimum(st.moe_permute_copies, 1.0 + sm.step(local_experts - 1.0))
+        permute_factor = eff.moe_permute_factor * flex_mix(st, eff.moe_permute_flex_ratio)
+        moe_permute = moe_frac * 2.0 * copies * 2.0 * 2.0 * slots * h / hbm * permute_factor
     # Quantization casts of the GEMM inputs (per token: QKV and FC1 inputs h each, the
     # output-projection input v, the FC2 input f, expert slots likewise).
-    d_inner = workload.mamba_dims(m)[0]
-    quant_elems = (
-        (h + fr["mlp"] * h)
-        + fr["attention"] * v / st.tp
-        + dense_frac * ff
-        + moe_frac * (slots / jnp.maximum(tokens, 1.0)) * (h + fe_e)
-        + fr["mamba"] * d_inner / st.tp
-        + fp8_attention * fr["attention"] * (qk + k_width + v_width) / st.tp
-    )
+    quant_elems = (h + fr["mlp"] * h) + fr["attention"] * v / st.tp + dense_frac * ff
+    if has_moe:
+        quant_elems = quant_elems + moe_frac * (slots / jnp.maximum(tokens, 1.0)) * (h + fe_e)
+    if has_mamba:
+        quant_elems = quant_elems + fr["mamba"] * workload.mamba_dims(m)[0] / st.tp
+    quant_elems = quant_elems + fp8_attention * fr["attention"] * (qk + k_width + v_width) / st.tp
     quant = QUANT_BYTES[precision] * tokens * quant_elems / hbm
     elementwise = eff.elementwise_traffic * act["none"] / hbm + moe_permute + quant
     score_elementwise = eff.elementwise_traffic * act["scores"] / hbm
@@ -333,12 +339,15 @@ def layer_times(
     logits = gemm_time(tokens, m.vocab / st.tp, h, peak_half, eff_16, sm)
     # a multi-token-prediction module's 2h -> h projection (column parallel, in the layers'
     # precision: a Transformer Engine linear of the MTP layer)
-    mtp_proj = gemm_time(tokens, h / st.tp, 2.0 * h, peak, eff, sm)
+    mtp_proj = (
+        gemm_time(tokens, h / st.tp, 2.0 * h, peak, eff, sm) if workload.has_part(m, "mtp") else 0.0
+    )
     logits_elementwise = eff.elementwise_traffic * (2.0 + 4.0) * tokens * m.vocab / st.tp / hbm
     # Parts that selective recomputation re-runs (forward time of each).
     traffic = eff.elementwise_traffic / hbm
     act_fn = traffic * tokens * (mats - 1.0) * 2.0 * ff  # read FC1 output(s), write act
-    moe_act = moe_frac * traffic * (slots * (mats - 1.0) * 2.0 * fe_e)
+    if has_moe:
+        moe_act = moe_frac * traffic * (slots * (mats - 1.0) * 2.0 * fe_e)
     return {
         "gemm": gemm,
         "attention": attention,

@@ -129,18 +129,20 @@ def activation_bytes_per_token_layer(
     mla = workload.is_mla(m)
     do = m.dropout
     mats = 1.0 + m.gated_mlp
-    moe_frac = m.moe_layers / m.layers
     fr = workload.fractions(m)
-    di, gn, nh = workload.mamba_dims(m)
-    n_state = m.mamba_state_dim
-    mamba = (
-        2.0 * (2.0 * di + 2.0 * gn + nh)  # in_proj output (z, x, B, C, dt)
-        + 2.0 * (di + 2.0 * gn)  # convolution output (x, B, C)
-        + 8.0 * nh  # dt and its cumulative decay, fp32
-        + 2.0 * di * n_state / workload.SSD_CHUNK  # chunk states
-        + 2.0 * di  # scan output y
-        + 2.0 * di  # gated-norm output = out_proj input
-    )
+    moe_frac = fr["moe"]
+    di, mamba = 0.0, 0.0  # the Mamba mixer's, where the model has the part (has_part)
+    if workload.has_part(m, "mamba"):
+        di, gn, nh = workload.mamba_dims(m)
+        n_state = m.mamba_state_dim
+        mamba = (
+            2.0 * (2.0 * di + 2.0 * gn + nh)  # in_proj output (z, x, B, C, dt)
+            + 2.0 * (di + 2.0 * gn)  # convolution output (x, B, C)
+            + 8.0 * nh  # dt and its cumulative decay, fp32
+            + 2.0 * di * n_state / workload.SSD_CHUNK  # chunk states
+            + 2.0 * di  # scan output y
+            + 2.0 * di  # gated-norm output = out_proj input
+        )
     dense_mlp = 2.0 * mats * m.ffn_hidden + 2.0 * m.ffn_hidden
     per_slot = 2.0 * mats * m.moe_ffn_hidden + 2.0 * m.moe_ffn_hidden
     slots = m.moe_top_k + m.moe_shared_experts
@@ -230,7 +232,7 @@ def _layer_param_parts(model: Model, strategy: Strategy) -> tuple:
     """``(dense, expert)`` parameters of one layer held by one rank (depth-averaged)."""
     st = strategy
     p = workload.layer_params(model)
-    moe_frac = safe_div(model.moe_layers, model.layers)
+    moe_frac = workload.fractions(model)["moe"]
     dense_layer = (
         p["attention"]
         + p["norms"]

@@ -25,6 +25,8 @@ import numpy as np
 from flax import struct
 
 from codesign.checks import (
+    MODEL_PARTS,
+    PART_FIELDS,
     PLAUSIBLE,
     SpecError,
     check_efficiency,
@@ -41,7 +43,8 @@ __all__ = [
     "SpecError", "Model", "Training", "Accelerator", "Tier", "System", "Strategy", "Efficiency",
     "RECOMPUTE_MODES", "ZERO_STAGES", "PARALLEL_DIMS", "PRECISIONS", "RECOMPUTE_MODULES",
     "precision_family", "make_strategy", "check_model", "check_system", "positive",
-    "plausibility_warnings", "PLAUSIBLE", "check_efficiency", "check_training",
+    "plausibility_warnings", "PLAUSIBLE", "check_efficiency", "check_training", "MODEL_PARTS",
+    "PART_FIELDS",
 ]  # fmt: skip
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -142,6 +145,17 @@ class Model:
     ``mtp_num_layers``): each adds a transformer layer, a ``2h -> h`` projection and another
     pass of the output head with its own loss, on the stage that holds the output layer (the
     last; :mod:`codesign.workload`).  0: none."""
+    parts: tuple | None = struct.field(pytree_node=False, default=None)
+    """Which optional parts of the layer the compiled step contains, a tuple of
+    :data:`MODEL_PARTS` (``"moe"``, ``"mla"``, ``"mamba"``, ``"mtp"``), or ``None`` (the
+    default): all of them.  Static, as ``Training.precision``: a part left out is not traced,
+    which makes a dense model's step about twice as fast to evaluate; the numbers are the same
+    (its terms are zero when its fields, :data:`PART_FIELDS`, are).  Set by the evaluators, not
+    by hand: :func:`codesign.evaluate`, the sweep, the batch evaluator and the optimizers take
+    the parts from the concrete values (:func:`codesign.workload.with_parts`) and add the part
+    of any model field that is a sweep axis.  A part left out with a nonzero field is an input
+    error (checked before tracing); leave it ``None`` to vmap a model field from zero in your
+    own traced code."""
 
 
 @struct.dataclass(kw_only=True)

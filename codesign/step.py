@@ -175,7 +175,8 @@ def _stages(model: Model, strategy: Strategy, sm: Smoothing) -> list:
     single = 1.0 - sm.step(st.pp - 1.0)
     untied = 1.0 - model.tied_embeddings
     out_single = single * untied
-    emb_last = single + (1.0 - single) * untied * jnp.where(model.mtp_layers > 0, 1.0, 0.0)
+    mtp = jnp.where(model.mtp_layers > 0, 1.0, 0.0) if workload.has_part(model, "mtp") else 0.0
+    emb_last = single + (1.0 - single) * untied * mtp
     return [
         (0.0, n["first"], 1.0, out_single, single),
         (1.0, n["middle"] * n["has_middle"], 0.0, 0.0, 0.0),
@@ -273,10 +274,11 @@ def evaluate_unchecked(
     t_tp = tp_time(compute.GATHER_BYTES[precision])
     d_tp = tp_time(compute.GATHER_BYTES["bf16"]) - t_tp if low else 0.0
 
-    qk, v = workload.attention_core_dims(m)
     _, kv = workload.attention_dims(m)
-    mla = workload.is_mla(m)
-    kv_width = mla * (qk + v) + (1.0 - mla) * 2.0 * kv  # K and V exchanged by ring attention
+    kv_width = 2.0 * kv  # K and V exchanged by ring attention
+    if workload.has_part(m, "mla"):
+        (qk, v), mla = workload.attention_core_dims(m), workload.is_mla(m)
+        kv_width = mla * (qk + v) + (1.0 - mla) * 2.0 * kv
     kv_bytes = 2.0 * st.microbatch * m.seq_len * kv_width / st.tp
     cp_ag = coll.all_gather_time(kv_bytes, groups["cp"], sy, sm)
 
@@ -294,18 +296,20 @@ def evaluate_unchecked(
     # Expert parallelism: all-to-all of the tokens' top_k slots to the experts and back,
     # forward and backward (again when the MoE layer is recomputed); with etp > 1 the expert
     # tensor-parallel ranks all-gather their slots and reduce-scatter the results.
-    moe_frac = safe_div(m.moe_layers, m.layers)
-    a2a_tokens = tokens / (st.sequence_parallel * st.tp + (1.0 - st.sequence_parallel))
-    a2a_bytes = 2.0 * a2a_tokens * m.moe_top_k * h
-    ep_passes = 4.0 + 2.0 * (r[2] * phi + r[1] * w[4])
-    dedup = st.moe_hierarchical_dispatch * m.moe_top_k
-    a2a = coll.all_to_all_time(a2a_bytes, groups["ep"], sy, sm, dedup_copies=dedup)
-    etp_bytes = 2.0 * a2a_tokens * m.moe_top_k * h * expert_tp(st)
-    etp_ag = coll.all_gather_time(etp_bytes, groups["etp"], sy, sm)
-    has_etp = sm.step(expert_tp(st) - 1.0)
-    ep_one = ep_passes * (a2a + has_etp * etp_ag)
-    ep_overlap = eff.ep_overlap_eff * compute.flex_mix(st, eff.ep_overlap_flex_ratio)
-    t_ep = moe_frac * ep_one * (1.0 - st.overlap_moe_comm * ep_overlap)
+    t_ep, has_moe = 0.0, workload.has_part(m, "moe")
+    if has_moe:
+        moe_frac = safe_div(m.moe_layers, m.layers)
+        a2a_tokens = tokens / (st.sequence_parallel * st.tp + (1.0 - st.sequence_parallel))
+        a2a_bytes = 2.0 * a2a_tokens * m.moe_top_k * h
+        ep_passes = 4.0 + 2.0 * (r[2] * phi + r[1] * w[4])
+        dedup = st.moe_hierarchical_dispatch * m.moe_top_k
+        a2a = coll.all_to_all_time(a2a_bytes, groups["ep"], sy, sm, dedup_copies=dedup)
+        etp_bytes = 2.0 * a2a_tokens * m.moe_top_k * h * expert_tp(st)
+        etp_ag = coll.all_gather_time(etp_bytes, groups["etp"], sy, sm)
+        has_etp = sm.step(expert_tp(st) - 1.0)
+        ep_one = ep_passes * (a2a + has_etp * etp_ag)
+        ep_overlap = eff.ep_overlap_eff * compute.flex_mix(st, eff.ep_overlap_flex_ratio)
+        t_ep = moe_frac * ep_one * (1.0 - st.overlap_moe_comm * ep_overlap)
 
     # Activation offloading: the offloaded bytes go to the host during the forward pass and
     # come back for the backward pass, hidden up to offload_overlap_eff of each pass's time
@@ -322,7 +326,7 @@ def evaluate_unchecked(
     per_layer = layer_fwd + layer_bwd + layer_rec + t_tp + t_cp + t_ep + t_off
     per_logit = logit_fwd + logit_bwd
     stages = _stages(m, st, sm)
-    mtp = [sg[4] * m.mtp_layers for sg in stages]  # the MTP modules run with the output layer
+    mtp = [sg[4] * m.mtp_layers if workload.has_part(m, "mtp") else 0.0 for sg in stages]
     n_all = [sg[1] + k for sg, k in zip(stages, mtp, strict=True)]  # their layers included
     stage_t = [
         n * per_layer + sg[4] * per_logit + k * (mtp_fwd + mtp_bwd)
@@ -382,14 +386,15 @@ def evaluate_unchecked(
         outer = 2.0 * (lat_o + gbytes * st.outer_compression * n_params * per_byte_o)
         return every, blocking, outer
 
-    has_experts = jnp.where(
-        pl["expert"] > 0, 1.0, 0.0
-    )  # no empty expert collective for dense models
     dense_dp, dense_block, dense_outer = dp_times(pl["dense"], groups["dp"])
-    expert_dp, expert_block, expert_outer = dp_times(pl["expert"], groups["edp"])
-    t_dp = dense_dp + has_experts * expert_dp
-    t_block = st.overlap_dp * (dense_block + has_experts * expert_block)
-    t_outer = dense_outer + has_experts * expert_outer
+    t_dp, t_block, t_outer = dense_dp, dense_block, dense_outer
+    if has_moe:  # no empty expert collective for dense models
+        has_experts = jnp.where(pl["expert"] > 0, 1.0, 0.0)
+        expert_dp, expert_block, expert_outer = dp_times(pl["expert"], groups["edp"])
+        t_dp = dense_dp + has_experts * expert_dp
+        t_block = dense_block + has_experts * expert_block
+        t_outer = dense_outer + has_experts * expert_outer
+    t_block = st.overlap_dp * t_block
     # An exposed parameter all-gather leaves the reduce-scatter the backward pass alone.  The
     # window is the passes' time on the critical path: compute and the exposed tensor-,
     # context- and expert-parallel and offload time, shared out over the passes like the
@@ -587,4 +592,6 @@ def evaluate(
         jnp.ndim(x) == 0 or (jnp.ndim(x) == 1 and jnp.shape(x)[0] in (3, 4, 5, 6)) for x in leaves
     ):
         check_all(model, training, system, strategy, eff)
+    # the parts of the layer the model needs (static; all of them for traced values)
+    model = workload.with_parts(model)
     return _evaluate_jit(model, training, system, strategy, eff, smoothing)

@@ -31,11 +31,16 @@ RMSNorm over ``d_inner`` and an output projection ``d_inner -> h``.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
-from codesign.specs import Model
+from codesign.specs import MODEL_PARTS, PART_FIELDS, Model
 
 __all__ = [
+    "has_part",
+    "needed_parts",
+    "with_parts",
     "head_dim",
     "attention_dims",
     "is_mla",
@@ -54,6 +59,45 @@ __all__ = [
 ]
 
 
+def has_part(m: Model, part: str) -> bool:
+    """Whether the compiled step contains ``part`` (one of :data:`~codesign.specs.MODEL_PARTS`)
+    of the layer: a static (Python) answer from ``Model.parts``, where ``None`` means every part.
+    A part left out contributes exactly what its terms give when its fields are zero: nothing."""
+    return m.parts is None or part in m.parts
+
+
+def needed_parts(m: Model) -> tuple | None:
+    """The parts whose fields (:data:`~codesign.specs.PART_FIELDS`) are nonzero anywhere in
+    ``m``'s concrete values (arrays count where any element is), in :data:`MODEL_PARTS` order;
+    ``None`` when a field is traced (then nothing can be left out).
+
+    >>> from codesign.specs import Model
+    >>> dense = Model(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336,
+    ...               vocab=128256, seq_len=8192)
+    >>> needed_parts(dense), needed_parts(dense.replace(moe_layers=[0.0, 32.0], mtp_layers=1))
+    ((), ('moe', 'mtp'))
+    """
+    out = []
+    for part, fields in PART_FIELDS.items():
+        values = [getattr(m, f) for f in fields]
+        if any(isinstance(v, jax.core.Tracer) for v in values):
+            return None
+        if any(np.any(np.asarray(v) != 0) for v in values):
+            out.append(part)
+    return tuple(out)
+
+
+def with_parts(m: Model, extra=()) -> Model:
+    """``m`` with ``Model.parts`` set to what it needs: the parts it already lists (all, for
+    ``None``, when a field is traced), those its concrete values need (:func:`needed_parts`)
+    and ``extra`` (a sweep's model axes), in :data:`MODEL_PARTS` order."""
+    need = needed_parts(m)
+    if need is None and m.parts is None:
+        return m
+    have = set(m.parts or ()) | set(need or ()) | set(extra)
+    return m.replace(parts=tuple(p for p in MODEL_PARTS if p in have))
+
+
 def head_dim(m: Model):
     """Per-head dimension: ``m.head_dim`` if set, else ``hidden / heads``."""
     return jnp.where(m.head_dim > 0, m.head_dim, m.hidden / m.heads)
@@ -67,6 +111,8 @@ def attention_dims(m: Model):
 
 def is_mla(m: Model):
     """1.0 for multi-head latent attention (``kv_lora_rank > 0``), else 0.0."""
+    if not has_part(m, "mla"):
+        return 0.0
     return jnp.where(m.kv_lora_rank > 0, 1.0, 0.0)
 
 
@@ -75,6 +121,8 @@ def attention_core_dims(m: Model) -> tuple:
     values over all heads.  GQA: ``heads * head_dim`` both; MLA (DeepSeek-AI 2024,
     arXiv:2405.04434, Sec. 2.1): ``heads (d_nope + d_rope)`` and ``heads d_v``."""
     q, _ = attention_dims(m)
+    if not has_part(m, "mla"):
+        return q, q
     mla = is_mla(m)
     qk = mla * m.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) + (1.0 - mla) * q
     v = mla * m.heads * m.v_head_dim + (1.0 - mla) * q
@@ -108,10 +156,13 @@ def attention_gemms(m: Model) -> list:
     ``q_lora_rank``, one ``heads (d_nope + d_rope) x h``), the joint key/value down-projection
     ``(r_kv + d_rope) x h`` (replicated), its up-projection ``heads (d_nope + d_v) x r_kv``,
     and the output projection ``h x heads d_v``.  Terms of the other kind are multiplied by
-    0, so one list serves both (the shapes are dynamic leaves).
+    0, so one list serves both (the shapes are dynamic leaves); without the ``"mla"`` part
+    (:func:`has_part`) the list is the two GQA projections alone.
     """
     h = m.hidden
     q, kv = attention_dims(m)
+    if not has_part(m, "mla"):
+        return [(q + 2.0 * kv, h, "n"), (h, q, "k")]
     mla = is_mla(m)
     gqa = 1.0 - mla
     qk, v = attention_core_dims(m)
@@ -135,8 +186,9 @@ def fractions(m: Model) -> dict:
     """Depth fractions of the layer kinds: ``mamba`` (Mamba-2 mixer), ``attention`` (self-
     attention mixer, ``1 - mamba``), ``moe`` (MoE MLP), ``free`` (no MLP) and ``dense``
     (dense MLP, ``1 - moe - free``), and ``mlp`` (``1 - free``, MLP blocks per layer)."""
-    mamba = m.mamba_layers / m.layers  # layers >= 1 (plain division keeps Python floats)
-    moe = m.moe_layers / m.layers
+    # layers >= 1 (plain division keeps Python floats); a part left out is 0
+    mamba = m.mamba_layers / m.layers if has_part(m, "mamba") else 0.0
+    moe = m.moe_layers / m.layers if has_part(m, "moe") else 0.0
     free = m.mlp_free_layers / m.layers
     return {
         "mamba": mamba,
@@ -199,16 +251,17 @@ def layer_params(m: Model) -> dict:
     mats = 2.0 + m.gated_mlp
     fr = fractions(m)
     attn = sum(n * k for n, k, _ in attention_gemms(m))
-    mamba = mamba_params(m)
+    mamba = mamba_params(m) if has_part(m, "mamba") else 0.0
+    moe = has_part(m, "moe")
     one_mlp = mats * h * m.ffn_hidden
     non_moe = m.layers - m.moe_layers
     non_moe = non_moe + (non_moe <= 0)  # no MLP-free layers then (checks.check_model)
     return {
         "attention": fr["attention"] * attn + fr["mamba"] * mamba,
         "mlp": one_mlp - one_mlp * m.mlp_free_layers / non_moe,
-        "router": h * m.moe_experts,
-        "experts": m.moe_experts * mats * h * m.moe_ffn_hidden,
-        "shared": m.moe_shared_experts * mats * h * m.moe_ffn_hidden,
+        "router": h * m.moe_experts if moe else 0.0,
+        "experts": m.moe_experts * mats * h * m.moe_ffn_hidden if moe else 0.0,
+        "shared": m.moe_shared_experts * mats * h * m.moe_ffn_hidden if moe else 0.0,
         "norms": 2.0 * h + is_mla(m) * (m.q_lora_rank + m.kv_lora_rank) - fr["free"] * h,
         "mamba": mamba,
     }
@@ -249,7 +302,7 @@ def total_params(m: Model) -> dict:
     )
     active_expert = m.moe_layers * m.moe_top_k * (2.0 + m.gated_mlp) * m.hidden * m.moe_ffn_hidden
     # multi-token prediction: an average layer per module, plus its projection and norms
-    mtp = m.mtp_layers / m.layers
+    mtp = m.mtp_layers / m.layers if has_part(m, "mtp") else 0.0
     expert, active_expert = (1.0 + mtp) * expert, (1.0 + mtp) * active_expert
     non_expert = non_expert + mtp * (non_expert - embedding) + m.mtp_layers * mtp_extra_params(m)
     return {
@@ -279,12 +332,14 @@ def forward_flops_per_token(m: Model) -> dict:
     qk, v = attention_core_dims(m)
     mats = 2.0 + m.gated_mlp
     fr = fractions(m)
-    moe_frac = m.moe_layers / m.layers
+    moe_frac = fr["moe"]
     moe_mlp = (
         p["router"] + (m.moe_top_k + m.moe_shared_experts) * mats * m.hidden * m.moe_ffn_hidden
+        if has_part(m, "moe")
+        else 0.0
     )
     mlp = (1.0 - moe_frac) * p["mlp"] + moe_frac * moe_mlp
-    ssd = fr["mamba"] * ssd_flops_per_token(m)
+    ssd = fr["mamba"] * ssd_flops_per_token(m) if has_part(m, "mamba") else 0.0
     gemm = 2.0 * (p["attention"] + mlp) + ssd
     attention = fr["attention"] * 2.0 * attention_keys(m) * (qk + v)
     logits = 2.0 * m.hidden * m.vocab
@@ -293,7 +348,11 @@ def forward_flops_per_token(m: Model) -> dict:
         "attention": attention,
         "logits": logits,
         "ssd": ssd,
-        "mtp": m.mtp_layers * (gemm + attention + 4.0 * m.hidden * m.hidden + logits),
+        "mtp": (
+            m.mtp_layers * (gemm + attention + 4.0 * m.hidden * m.hidden + logits)
+            if has_part(m, "mtp")
+            else 0.0
+        ),
     }
 
 

@@ -25,7 +25,14 @@ import numpy as np
 from codesign.config import RunConfig
 from codesign.goodput import PLATFORM_FIELDS
 from codesign.rules import with_derived_dp
-from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES, SpecError, placement_ranks
+from codesign.specs import (
+    PART_FIELDS,
+    RECOMPUTE_MODES,
+    ZERO_STAGES,
+    SpecError,
+    placement_ranks,
+)
+from codesign.workload import with_parts
 
 __all__ = [
     "OBJECTIVES",
@@ -119,10 +126,14 @@ def set_leaf(specs: dict, path: str, value) -> dict:
     out = _set(specs, _split(path), value)
     if path in _BF16_LAYER_PATHS:  # the 16-bit layers' terms join the program
         out["training"] = dataclasses.replace(out["training"], first_last_layers_bf16=True)
+    part = _PART_OF.get(path)
+    if part is not None and out["model"].parts is not None:  # and a model part's terms
+        out["model"] = with_parts(out["model"], (part,))
     return out
 
 
 _BF16_LAYER_PATHS = ("training.bf16_layers_start", "training.bf16_layers_end")
+_PART_OF = {f"model.{f}": part for part, fields in PART_FIELDS.items() for f in fields}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -199,9 +210,11 @@ def axis_table(path: str, values) -> np.ndarray:
 
 
 def specs_of(cfg: RunConfig) -> dict:
-    """The specs of a run configuration as the dict the grid paths index."""
+    """The specs of a run configuration as the dict the grid paths index, the model with the
+    parts of the layer it needs (:func:`codesign.workload.with_parts`; :func:`set_leaf` adds
+    the part of a model field it sets)."""
     return {
-        "model": cfg.model,
+        "model": with_parts(cfg.model),
         "training": cfg.training,
         "system": cfg.system,
         "strategy": cfg.strategy,
@@ -226,4 +239,5 @@ def config_at(cfg: RunConfig, point: dict, derive_dp: bool = True) -> RunConfig:
     if derive_dp and "strategy.dp" not in point:
         specs = with_derived_dp(specs, np)
         specs["strategy"] = dataclasses.replace(specs["strategy"], dp=float(specs["strategy"].dp))
+    specs["model"] = dataclasses.replace(specs["model"], parts=cfg.model.parts)  # as given
     return dataclasses.replace(cfg, **specs, names=names)
