@@ -28,6 +28,8 @@ straight-through estimators.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -69,7 +71,11 @@ class Smoothing:
 
     # -- maxima --------------------------------------------------------------------------
     def max(self, *xs):
-        """Maximum of arrays broadcast together (smooth p-norm when relaxed; inputs >= 0)."""
+        """Maximum of arrays broadcast together (smooth p-norm when relaxed; inputs >= 0).
+        Exact: element-wise ``jnp.maximum`` pairs, which XLA fuses into the surrounding loop
+        (a reduction over a stacked axis would end a fused loop)."""
+        if self.exact:
+            return functools.reduce(jnp.maximum, jnp.broadcast_arrays(*xs))
         x = jnp.stack(jnp.broadcast_arrays(*xs))
         return self.max_reduce(x, axis=0)
 
@@ -92,10 +98,18 @@ class Smoothing:
         """Weights of each argument being the largest: one-hot (first of ties) when exact, a
         softmax at temperature ``tau`` relative to the largest when relaxed.  ``sum_i w_i x_i``
         is then the hard max (exact) or a smooth under-estimate of it."""
+        if self.exact:  # x_i wins if above every earlier one and not below any later one
+            xs = jnp.broadcast_arrays(*xs)
+            win = [
+                functools.reduce(
+                    jnp.logical_and,
+                    [xi > xj for xj in xs[:i]] + [xi >= xj for xj in xs[i + 1 :]],
+                    jnp.ones(jnp.shape(xi), bool),
+                )
+                for i, xi in enumerate(xs)
+            ]
+            return [jnp.where(w, 1.0, 0.0) for w in win]
         x = jnp.stack(jnp.broadcast_arrays(*xs))
-        if self.exact:
-            idx = jnp.argmax(x, axis=0)
-            return [jnp.where(idx == i, 1.0, 0.0) for i in range(len(xs))]
         scale = jax.lax.stop_gradient(jnp.maximum(jnp.max(jnp.abs(x), axis=0), 1e-30))
         w = jax.nn.softmax(x / (jnp.maximum(self.tau, 1e-6) * scale), axis=0)
         return [w[i] for i in range(len(xs))]
@@ -103,7 +117,7 @@ class Smoothing:
     def min(self, *xs):
         """Minimum of positive arrays (smooth as ``1/max(1/x)`` when relaxed)."""
         if self.exact:
-            return jnp.min(jnp.stack(jnp.broadcast_arrays(*xs)), axis=0)
+            return functools.reduce(jnp.minimum, jnp.broadcast_arrays(*xs))
         inv = [safe_div(1.0, x, 0.0) for x in jnp.broadcast_arrays(*xs)]
         return safe_div(1.0, self.max(*inv), 0.0)
 
