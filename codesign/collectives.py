@@ -34,7 +34,6 @@ that the relaxed model shares this code.
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jax import lax
 
 from codesign.smoothing import Smoothing, safe_div
 from codesign.specs import System
@@ -44,8 +43,8 @@ __all__ = [
     "tier_bandwidth_bytes_per_s",
     "reduce_scatter_coeffs",
     "reduce_scatter_tier_coeffs",
-    "stack_tiers",
     "reduce_scatter_time",
+    "tier_dot",
     "all_gather_time",
     "all_reduce_time",
     "all_to_all_time",
@@ -53,11 +52,14 @@ __all__ = [
 ]
 
 
-def stack_tiers(values):
-    """One array over the tiers (innermost first) of per-tier numbers (traced or not): the
-    collectives are computed on these vectors, one expression for every tier, which keeps
-    the compiled program (and its gradient) small."""
-    return jnp.stack(jnp.broadcast_arrays(*[jnp.asarray(v, dtype=float) for v in values]))
+# The collectives are computed tier by tier on Python lists of per-tier arrays: element-wise
+# arithmetic that XLA fuses into one loop of a sweep, where a stacked tier axis (reductions
+# and concatenations over it) would end a fused loop at each collective.
+
+
+def tier_dot(weights: list, values: list):
+    """``sum_t w_t v_t`` over the tiers (lists, innermost first)."""
+    return sum(w * v for w, v in zip(weights, values, strict=True))
 
 
 def tier_bytes_per_s(tier):
@@ -66,31 +68,23 @@ def tier_bytes_per_s(tier):
     return tier.bandwidth_gbps * 1e9 * tier.efficiency / tier.oversubscription
 
 
-def _bandwidths(system: System):
-    return stack_tiers([tier_bytes_per_s(t) for t in system.tiers])
-
-
 def tier_bandwidth_bytes_per_s(system: System) -> list:
     """Effective bandwidth of each tier, bytes/s per accelerator per direction."""
-    bw = _bandwidths(system)
-    return [bw[t] for t in range(len(system.tiers))]
+    return [tier_bytes_per_s(t) for t in system.tiers]
 
 
-def _domains(system: System):
+def _latencies_s(system: System) -> list:
+    return [t.latency_us * 1e-6 for t in system.tiers]
+
+
+def _domains(system: System) -> list:
     """Each tier's domain, capped by every outer tier's: an instance holds no more
     accelerators than the tiers around it reach (a 72-GPU NVLink rack in a 64-GPU cluster
     joins 64), so the domains nest and ``m_t`` never falls outwards."""
-    dom = stack_tiers([t.domain for t in system.tiers])
-    return jnp.flip(lax.cummin(jnp.flip(dom, 0), axis=0), 0)
-
-
-def _members(group, system: System, sm: Smoothing):
-    """``m_t`` of every tier as one array (see module docstring)."""
-    dom = _domains(system)
-    m = jnp.ones_like(dom)
-    for size, stride in group:
-        m = m * sm.clamp(safe_div(dom, stride, 1.0), 1.0, jnp.maximum(size, 1.0))
-    return m
+    dom = [t.domain for t in system.tiers]
+    for t in range(len(dom) - 2, -1, -1):
+        dom[t] = jnp.minimum(dom[t], dom[t + 1])
+    return dom
 
 
 def members_per_tier(group, system: System, sm: Smoothing) -> list:
@@ -99,24 +93,33 @@ def members_per_tier(group, system: System, sm: Smoothing) -> list:
     Args:
         group: sequence of ``(size, stride)`` pairs.
     """
-    m = _members(group, system, sm)
-    return [m[t] for t in range(len(system.tiers))]
+    out = []
+    for dom in _domains(system):
+        m = 1.0
+        for size, stride in group:
+            m = m * sm.clamp(safe_div(dom, stride, 1.0), 1.0, jnp.maximum(size, 1.0))
+        out.append(m)
+    return out
 
 
-def _fans(group, system: System, sm: Smoothing):
-    m = _members(group, system, sm)
-    prev = jnp.concatenate([jnp.ones_like(m[:1]), m[:-1]])
+def _fans(group, system: System, sm: Smoothing) -> tuple:
+    """``(m, prev, r)``: per tier, the members ``m_t``, those of the tier inside ``m_{t-1}``
+    (1 inside the innermost) and the fan-in ``r_t = m_t / m_{t-1}``."""
+    m = members_per_tier(group, system, sm)
+    prev = [1.0, *m[:-1]]
     # m_t >= m_{t-1} holds for nested domains; max() keeps r_t >= 1 under smoothing noise.
-    r = jnp.maximum(safe_div(m, prev, 1.0), 1.0)
+    r = [jnp.maximum(safe_div(a, b, 1.0), 1.0) for a, b in zip(m, prev, strict=True)]
     return m, prev, r
 
 
-def reduce_scatter_tier_coeffs(group, system: System, sm: Smoothing):
+def reduce_scatter_tier_coeffs(group, system: System, sm: Smoothing) -> tuple:
     """``(latency_s, s_per_byte)`` of each tier's ring of a hierarchical reduce-scatter, as
-    arrays over the tiers (innermost first): tier ``t`` takes ``a_t + S * b_t``."""
+    lists over the tiers (innermost first): tier ``t`` takes ``a_t + S * b_t``."""
     _, prev, r = _fans(group, system, sm)
-    lat_s = stack_tiers([t.latency_us for t in system.tiers]) * 1e-6
-    return (r - 1.0) * lat_s, (r - 1.0) / r / (prev * _bandwidths(system))
+    lat = [(rt - 1.0) * a for rt, a in zip(r, _latencies_s(system), strict=True)]
+    bw = tier_bandwidth_bytes_per_s(system)
+    per_byte = [(rt - 1.0) / rt / (p * b) for rt, p, b in zip(r, prev, bw, strict=True)]
+    return lat, per_byte
 
 
 def reduce_scatter_coeffs(group, system: System, sm: Smoothing):
@@ -126,7 +129,7 @@ def reduce_scatter_coeffs(group, system: System, sm: Smoothing):
     group compute the coefficients once.
     """
     lat, per_byte = reduce_scatter_tier_coeffs(group, system, sm)
-    return jnp.sum(lat, axis=0), jnp.sum(per_byte, axis=0)
+    return sum(lat), sum(per_byte)
 
 
 def reduce_scatter_time(size_bytes, group, system: System, sm: Smoothing):
@@ -157,22 +160,23 @@ def all_to_all_time(size_bytes, group, system: System, sm: Smoothing, dedup_copi
     """
     m, prev, r = _fans(group, system, sm)
     g = m[-1]
-    bw = _bandwidths(system)
     k = jnp.maximum(dedup_copies, 1.0)
-    share = safe_div(m - prev, g)
-    n = safe_div(g, prev, 1.0)
-    many = n > 1.0 + 1e-9
-    log_miss = jnp.log1p(-1.0 / jnp.where(many, n, 2.0))
-    distinct = jnp.where(many, n * (1.0 - jnp.exp(k * log_miss)) / k, 1.0)
-    outer = jnp.arange(m.shape[0]).reshape((-1,) + (1,) * (m.ndim - 1)) > 0
-    share = share * jnp.where(outer & (dedup_copies > 0), distinct, 1.0)
-    lat_s = stack_tiers([t.latency_us for t in system.tiers]) * 1e-6
-    return jnp.sum(sm.step(r - 1.0) * lat_s + size_bytes * share / bw, axis=0)
+    tiers = zip(m, prev, r, _latencies_s(system), tier_bandwidth_bytes_per_s(system), strict=True)
+    total = 0.0
+    for t, (mt, pt, rt, lat, bw) in enumerate(tiers):
+        share = safe_div(mt - pt, g)
+        if t > 0:
+            n = safe_div(g, pt, 1.0)
+            many = n > 1.0 + 1e-9
+            log_miss = jnp.log1p(-1.0 / jnp.where(many, n, 2.0))
+            distinct = jnp.where(many, n * (1.0 - jnp.exp(k * log_miss)) / k, 1.0)
+            share = share * jnp.where(dedup_copies > 0, distinct, 1.0)
+        total = total + (sm.step(rt - 1.0) * lat + size_bytes * share / bw)
+    return total
 
 
 def p2p_time(size_bytes, group, system: System, sm: Smoothing):
     """Send ``size_bytes`` to the next rank of a (pipeline) group: the slowest tier crossed."""
     _, _, r = _fans(group, system, sm)
-    lat_s = stack_tiers([t.latency_us for t in system.tiers]) * 1e-6
-    per_tier = sm.step(r - 1.0) * (lat_s + size_bytes / _bandwidths(system))
-    return sm.max_reduce(per_tier, axis=0)
+    tiers = zip(r, _latencies_s(system), tier_bandwidth_bytes_per_s(system), strict=True)
+    return sm.max(*[sm.step(rt - 1.0) * (lat + size_bytes / bw) for rt, lat, bw in tiers])

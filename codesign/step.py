@@ -368,21 +368,21 @@ def evaluate_unchecked(
     # (outer_compression of its bytes), hidden behind up to outer_overlap of the next H
     # steps' compute (streaming DiLoCo).  diloco = 0 at H = 1: synchronous training, exactly.
     diloco = sm.step(st.outer_sync_interval - 1.0)
-    site = coll.stack_tiers([t.cross_site for t in sy.tiers])
-    inner = 1.0 - diloco * site
+    site = [t.cross_site for t in sy.tiers]
+    inner = [1.0 - diloco * c for c in site]
 
     def dp_times(n_params, group):
         """(every-step reduction over the inner tiers, the part of it no overlap can hide,
         outer all-reduce over the sites)."""
         lat_t, per_byte_t = coll.reduce_scatter_tier_coeffs(group, sy, sm)  # AR = 2 RS, AG = RS
-        per_byte_t = safe_div(per_byte_t, eff.dp_comm_eff)  # both reductions are DP collectives
-        lat, per_byte = jnp.sum(inner * lat_t, axis=0), jnp.sum(inner * per_byte_t, axis=0)
+        per_byte_t = [safe_div(b, eff.dp_comm_eff) for b in per_byte_t]  # DP collectives both
+        lat, per_byte = coll.tier_dot(inner, lat_t), coll.tier_dot(inner, per_byte_t)
         rs = lat + gbytes * n_params * per_byte
         ag = lat + 2.0 * n_params * per_byte
         every = z[0] * 2.0 * rs + (z[1] + z[2]) * (rs + ag) + z[3] * n_mb * (rs + 2.0 * ag)
         # the distributed optimizer's parameter all-gather, when it does not overlap
         blocking = (z[1] + z[2]) * (1.0 - st.overlap_param_gather) * ag
-        lat_o, per_byte_o = jnp.sum(site * lat_t, axis=0), jnp.sum(site * per_byte_t, axis=0)
+        lat_o, per_byte_o = coll.tier_dot(site, lat_t), coll.tier_dot(site, per_byte_t)
         outer = 2.0 * (lat_o + gbytes * st.outer_compression * n_params * per_byte_o)
         return every, blocking, outer
 
