@@ -80,9 +80,18 @@ class SweepResult:
 
 
 def _split_point(shape, max_block: int) -> int:
-    """First axis of the inner block: the trailing axes whose product fits ``max_block``."""
+    """First axis of the inner block: the trailing axes whose product fits ``max_block``, and
+    one more while the block is under a quarter of it and stays within 4 ``max_block`` (each
+    scan step has a fixed cost, which would dominate a small block).
+
+    >>> _split_point((5, 7, 8, 6, 3, 4, 2, 2, 2), 4096)  # 576 -> 4,608 points a block
+    2
+    """
     p, inner = len(shape), 1
-    while p > 0 and inner * shape[p - 1] <= max_block:
+    while p > 0 and (
+        inner * shape[p - 1] <= max_block
+        or (inner < max_block // 4 and inner * shape[p - 1] <= 4 * max_block)
+    ):
         p -= 1
         inner *= shape[p]
     return p
@@ -138,11 +147,19 @@ def _compiled_call(
             val, checks = jax.vmap(inner_point)(inner_vals)
             val = jnp.where(in_range, val, jnp.inf)
             checks = tuple(c & in_range for c in checks)
-            idx = o * inner + jnp.arange(inner, dtype=itype)
-            allv = jnp.concatenate([best_v, val])
-            alli = jnp.concatenate([best_i, idx])
-            neg, pos = jax.lax.top_k(-allv, k)
             vmin = jnp.min(val)
+
+            def merged(best):
+                allv = jnp.concatenate([best[0], val])
+                alli = jnp.concatenate([best[1], o * inner + jnp.arange(inner, dtype=itype)])
+                neg, pos = jax.lax.top_k(-allv, k)
+                return -neg, alli[pos]
+
+            # A block whose best is no better than the k-th kept one changes nothing (ties
+            # keep the earlier point, as top_k does): skip the merge, most blocks do.
+            best_v, best_i = jax.lax.cond(
+                vmin < best_v[-1], merged, lambda best: best, (best_v, best_i)
+            )
             new_prof = []
             for a, p in enumerate(prof):
                 if a < split:
@@ -151,7 +168,7 @@ def _compiled_call(
                     seg = jax.ops.segment_min(val, inner_idx[a - split], num_segments=p.shape[0])
                     new_prof.append(jnp.minimum(p, seg))
             counts = counts + jnp.stack([c.sum(dtype=itype) for c in checks])
-            return (-neg, alli[pos], counts, tuple(new_prof)), None
+            return (best_v, best_i, counts, tuple(new_prof)), None
 
         out, _ = jax.lax.scan(body, init, jnp.arange(n_steps, dtype=start.dtype))
         return out
@@ -200,7 +217,8 @@ def sweep(
         axes: ``{leaf path: list of values}`` (see the module docstring).
         objective: one of :data:`OBJECTIVES` (minimized); infeasible points count as ``inf``.
         top_k: how many best points to return.
-        block_size: most points of one vmapped inner block (memory is ``O(block_size)``).
+        block_size: points of one vmapped inner block, at most (memory is ``O(block_size)``;
+            a block under a quarter of it takes one more axis, up to ``4 block_size``).
         steps_per_call: inner blocks per device per compiled call (one progress-bar tick).
         capex_max_usd, power_max_kw: constraints; points above them are infeasible.
         constraints: more caps by name (:data:`codesign.rules.CONSTRAINTS`: also
