@@ -35,7 +35,8 @@ multi-token-prediction modules (``Model.mtp_layers``: a layer, a projection and 
 again each; DeepSeek-V3 Sec. 2.2) run with the output layer on the last stage.
 
 Everything is an array: :func:`evaluate` is jit-compiled once per static structure (number
-of tiers, precision, exact or relaxed) and vmaps over any leaf.
+of tiers, precision, exact or relaxed, the model's optional parts: ``Model.parts``) and vmaps
+over any leaf.
 """
 
 from __future__ import annotations
@@ -549,9 +550,15 @@ def evaluate_specs(specs: dict, smoothing: Smoothing = EXACT) -> Report:
     )
 
 
-def _is_concrete_scalar_tree(tree) -> bool:
-    for leaf in jax.tree_util.tree_leaves(tree):
+def _checkable(leaves) -> bool:
+    """Whether the leaves are one concrete configuration: no tracer, each a scalar or one of
+    the strategy's short vectors (recompute, ZeRO, placement, modules).  Shapes are read as
+    attributes (``jnp.ndim`` would cost more than the evaluation it guards)."""
+    for leaf in leaves:
         if isinstance(leaf, jax.core.Tracer):
+            return False
+        shape = getattr(leaf, "shape", ())
+        if shape and (len(shape) > 1 or shape[0] not in (3, 4, 5, 6)):
             return False
     return True
 
@@ -587,10 +594,7 @@ def evaluate(
         True
     """
     eff = efficiency
-    leaves = jax.tree_util.tree_leaves((model, training, system, strategy, eff))
-    if _is_concrete_scalar_tree((model, training, system, strategy, eff)) and all(
-        jnp.ndim(x) == 0 or (jnp.ndim(x) == 1 and jnp.shape(x)[0] in (3, 4, 5, 6)) for x in leaves
-    ):
+    if _checkable(jax.tree_util.tree_leaves((model, training, system, strategy, eff))):
         check_all(model, training, system, strategy, eff)
     # the parts of the layer the model needs (static; all of them for traced values)
     model = workload.with_parts(model)

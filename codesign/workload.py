@@ -82,7 +82,7 @@ def needed_parts(m: Model) -> tuple | None:
         values = [getattr(m, f) for f in fields]
         if any(isinstance(v, jax.core.Tracer) for v in values):
             return None
-        if any(np.any(np.asarray(v) != 0) for v in values):
+        if any(v != 0 if isinstance(v, float) else np.any(np.asarray(v) != 0) for v in values):
             out.append(part)
     return tuple(out)
 
