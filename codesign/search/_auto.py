@@ -33,15 +33,16 @@ __all__ = ["METHODS", "choose_method", "solve", "pareto", "SWEEP_POINTS_PER_S", 
 METHODS = ("auto", "relaxed", "sweep")
 _DEFAULT = Settings()
 
-SWEEP_POINTS_PER_S = 3e6
-"""Exact points per second per CPU device of the sweep (2-7e6 measured on a loaded 2-core
-CPU by ``experiments/bench_codesign.py``; ``codesign`` gives JAX one CPU device per core)."""
+SWEEP_POINTS_PER_S = 15e6
+"""Exact points per second per CPU device of the sweep, float64 (26-32e6 measured warm on the
+suite's large grids by ``experiments/bench_codesign.py`` on a 2-core CPU, 2026-12-06; half of
+that for a loaded machine; ``codesign`` gives JAX one CPU device per core)."""
 SWEEP_COMPILE_S = 5.0
 """The sweep's compile, seconds (3-6 s measured)."""
 RELAXED_COLD_S = 25.0
 """The relaxed search's cold start, seconds: compile of the gradient program (with
 ``Settings.fast_compile``, as ``codesign optimize`` runs it), of the exact evaluator, and the
-search itself (measured 21-28 s on a loaded 2-core CPU for a 3-tier problem)."""
+search itself (measured 20-24 s end to end on a 2-core CPU, 2026-12-06; 21-28 s before)."""
 
 
 def estimate_sweep_s(problem: Problem, devices: int | None = None) -> float:
