@@ -552,8 +552,7 @@ def evaluate_specs(specs: dict, smoothing: Smoothing = EXACT) -> Report:
 
 def _checkable(leaves) -> bool:
     """Whether the leaves are one concrete configuration: no tracer, each a scalar or one of
-    the strategy's short vectors (recompute, ZeRO, placement, modules).  Shapes are read as
-    attributes (``jnp.ndim`` would cost more than the evaluation it guards)."""
+    the strategy's short vectors (shapes as attributes: ``jnp.ndim`` costs too much)."""
     for leaf in leaves:
         if isinstance(leaf, jax.core.Tracer):
             return False
@@ -596,6 +595,5 @@ def evaluate(
     eff = efficiency
     if _checkable(jax.tree_util.tree_leaves((model, training, system, strategy, eff))):
         check_all(model, training, system, strategy, eff)
-    # the parts of the layer the model needs (static; all of them for traced values)
-    model = workload.with_parts(model)
+    model = workload.with_parts(model)  # the parts it needs (all for traced values)
     return _evaluate_jit(model, training, system, strategy, eff, smoothing)
