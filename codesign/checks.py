@@ -143,15 +143,27 @@ def _check_parts(m) -> None:
         return
     if not isinstance(m.parts, tuple) or any(p not in MODEL_PARTS for p in m.parts):
         raise SpecError("model.parts", m.parts, f"None or a tuple of {list(MODEL_PARTS)}")
+    for part, f in nonzero_part_fields(m).items():
+        if part not in m.parts:
+            raise SpecError(
+                f"model.{f}",
+                getattr(m, f),
+                f"0 while model.parts = {m.parts} leaves out {part!r} (add it, or set "
+                "parts=None: codesign.workload.with_parts)",
+            )
+
+
+def nonzero_part_fields(m) -> dict:
+    """``{part: its first nonzero field}`` of a model's concrete values (an array counts where
+    any element is nonzero), in :data:`MODEL_PARTS` order: the parts the model needs."""
+    out = {}
     for part, fields in PART_FIELDS.items():
         for f in fields:
-            if part not in m.parts and float(getattr(m, f)) != 0:
-                raise SpecError(
-                    f"model.{f}",
-                    getattr(m, f),
-                    f"0 while model.parts = {m.parts} leaves out {part!r} (add it, or set "
-                    "parts=None: codesign.workload.with_parts)",
-                )
+            v = getattr(m, f)
+            if v != 0 if isinstance(v, float) else np.any(np.asarray(v) != 0):
+                out[part] = f
+                break
+    return out
 
 
 _MAMBA = ("mamba_state_dim", "mamba_head_dim", "mamba_heads", "mamba_groups")

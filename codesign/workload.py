@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from codesign.checks import nonzero_part_fields
 from codesign.specs import MODEL_PARTS, PART_FIELDS, Model
 
 __all__ = [
@@ -77,14 +77,10 @@ def needed_parts(m: Model) -> tuple | None:
     >>> needed_parts(dense), needed_parts(dense.replace(moe_layers=[0.0, 32.0], mtp_layers=1))
     ((), ('moe', 'mtp'))
     """
-    out = []
-    for part, fields in PART_FIELDS.items():
-        values = [getattr(m, f) for f in fields]
-        if any(isinstance(v, jax.core.Tracer) for v in values):
-            return None
-        if any(v != 0 if isinstance(v, float) else np.any(np.asarray(v) != 0) for v in values):
-            out.append(part)
-    return tuple(out)
+    fields = (f for part_fields in PART_FIELDS.values() for f in part_fields)
+    if any(isinstance(getattr(m, f), jax.core.Tracer) for f in fields):
+        return None
+    return tuple(nonzero_part_fields(m))
 
 
 def with_parts(m: Model, extra=()) -> Model:
