@@ -189,14 +189,16 @@ def relaxed_search(
     last = hists[-1]
     z = {name: np.asarray(v)[:, -1] for name, v in last[3].items()}
     params = jax.device_get(p)
+    soft = {}  # every start's weights at once (softmax over the last axis)
+    for name, mask in (("recompute", boxes.recompute_mask), ("zero", boxes.zero_mask)):
+        mask = np.asarray(mask)
+        if name in params:
+            soft[name] = np.asarray(relax.masked_softmax(jnp.asarray(params[name]), mask))
+        else:
+            soft[name] = mask / np.maximum(np.sum(mask, axis=-1, keepdims=True), 1.0)
     weights = []
     for i in range(k):
-        w = {}
-        for name, mask in (("recompute", boxes.recompute_mask), ("zero", boxes.zero_mask)):
-            if name in params:
-                w[name] = np.asarray(relax.masked_softmax(jnp.asarray(params[name][i]), mask[i]))
-            else:
-                w[name] = np.asarray(mask[i]) / max(float(np.sum(mask[i])), 1.0)
+        w = {name: soft[name][i] for name in ("recompute", "zero")}
         for name in ("platform", "placement"):
             if f"w_{name}" in z:
                 w[name] = np.asarray(z[f"w_{name}"][i])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 
 import numpy as np
 
@@ -49,6 +50,20 @@ def bracket(values: list, x: float, radius: int = 0) -> list[int]:
     lo = int(below[-1]) if len(below) else 0
     hi = int(above[0]) if len(above) else len(values) - 1
     return list(range(max(0, lo - radius), min(len(values), hi + radius + 1)))
+
+
+_STEPS2 = (-2, -1, 1, 2)
+_STEPS1 = (-1, 1)
+
+
+def _tuple_getter(axes: list[int]):
+    """``point -> tuple(point[a] for a in axes)``, as one C-level call where it can be."""
+    if len(axes) > 1:
+        return operator.itemgetter(*axes)
+    if len(axes) == 1:
+        a = axes[0]
+        return lambda point: (point[a],)
+    return lambda point: ()
 
 
 class Discretizer:
@@ -85,11 +100,26 @@ class Discretizer:
             if logs
             else np.zeros((len(self.layouts), 0))
         )
-        self._index = {tuple(r): i for i, r in enumerate(self.layouts)}
+        self._rows = [tuple(int(i) for i in r) for r in self.layouts]
+        self._index = {r: i for i, r in enumerate(self._rows)}
         self._near: dict[int, np.ndarray] = {}
+        self._bw_memo: dict[tuple, list] = {}
+        # compose() as one C-level gather: a point is (layout row, categories, bandwidths, 0)
+        # read at each axis's position (axes of none of the three stay at index 0).
+        nl, nc = len(self.layout_axes), len(self.cat_axes)
+        pos = {a: j for j, a in enumerate(self.layout_axes)}
+        pos.update({a: nl + j for j, a in enumerate(self.cat_axes)})
+        pos.update({a: nl + nc + j for j, a in enumerate(self.bw_axes)})
+        zero = nl + nc + len(self.bw_axes)
+        order = [pos.get(a, zero) for a in range(len(paths))]
+        self._gather = operator.itemgetter(*order) if len(order) > 1 else None
+        self._order = order
+        self._lay_of = _tuple_getter(self.layout_axes)
+        self._cat_of = _tuple_getter(self.cat_axes)
+        self._bw_of = _tuple_getter(self.bw_axes)
 
     def layout_of(self, point: tuple) -> int | None:
-        return self._index.get(tuple(point[a] for a in self.layout_axes))
+        return self._index.get(self._lay_of(point))
 
     def nearest(self, coord: np.ndarray, k: int) -> np.ndarray:
         """Indices of the ``k`` valid layouts nearest to log2 coordinates ``coord`` (L1)."""
@@ -106,21 +136,15 @@ class Discretizer:
         return self._near[layout]
 
     def compose(self, layout: int, cat: tuple, bw: tuple) -> tuple:
-        p = [0] * len(self.ev.paths)
-        for a, i in zip(self.layout_axes, self.layouts[layout], strict=True):
-            p[a] = int(i)
-        for a, i in zip(self.cat_axes, cat, strict=True):
-            p[a] = int(i)
-        for a, i in zip(self.bw_axes, bw, strict=True):
-            p[a] = int(i)
-        return tuple(p)
+        """The index tuple of a valid layout (its index), a categorical index tuple and a
+        bandwidth index tuple."""
+        flat = (*self._rows[layout], *cat, *bw, 0)
+        if self._gather is None:
+            return tuple(flat[j] for j in self._order)
+        return self._gather(flat)
 
     def split(self, point: tuple):
-        return (
-            self.layout_of(point),
-            tuple(point[a] for a in self.cat_axes),
-            tuple(point[a] for a in self.bw_axes),
-        )
+        return (self._index.get(self._lay_of(point)), self._cat_of(point), self._bw_of(point))
 
     def relaxed_coord(self, z: dict) -> np.ndarray:
         return np.asarray([float(z[_ZKEY[self.ev.paths[a]]]) for a in self.layout_axes])
@@ -223,6 +247,27 @@ class Discretizer:
         lay, cat, bw = self.split(point)
         near = self.near_layouts(lay, k_layouts) if lay is not None else np.zeros(0, np.int64)
         all_cats = self.all_cats
+        bw_moves = self._bw_moves
+
+        out = []
+        if lay is not None and bandwidths_only:
+            out += [self.compose(lay, cat, b) for b in bw_moves(bw, _STEPS2, _STEPS2)]
+        elif lay is not None:
+            few = near[: max(1, k_layouts // 3)]
+            out += [self.compose(int(m), cat, bw) for m in near]
+            out += [self.compose(lay, c, bw) for c in all_cats if c != cat]
+            out += [self.compose(int(m), c, bw) for m in few for c in all_cats if c != cat]
+            out += [self.compose(lay, cat, b) for b in bw_moves(bw, _STEPS2, _STEPS2)]
+            out += [self.compose(int(m), cat, b) for m in few for b in bw_moves(bw, _STEPS1, ())]
+        return out
+
+    def _bw_moves(self, bw: tuple, steps_single: tuple, steps_pair: tuple) -> list[tuple]:
+        """Bandwidth index tuples one move from ``bw``: each axis by ``steps_single`` (and by
+        an eighth and a quarter of the axis), two axes at once by ``steps_pair`` (memoized)."""
+        key = (bw, steps_single, steps_pair)
+        hit = self._bw_memo.get(key)
+        if hit is not None:
+            return hit
         nbw = [self.ev.shape[a] for a in self.bw_axes]
 
         def scaled(steps, n):
@@ -236,32 +281,20 @@ class Discretizer:
                     out |= {c, -c}
             return sorted(out)
 
-        def bw_moves(steps_single, steps_pair):
-            out = []
-            for j in range(len(bw)):
-                for d in scaled(steps_single, nbw[j]):
-                    if 0 <= bw[j] + d < nbw[j]:
-                        q = list(bw)
-                        q[j] += d
-                        out.append(tuple(q))
-            for i, j in itertools.combinations(range(len(bw)), 2):
-                for di in steps_pair:
-                    for dj in steps_pair:
-                        if 0 <= bw[i] + di < nbw[i] and 0 <= bw[j] + dj < nbw[j]:
-                            q = list(bw)
-                            q[i] += di
-                            q[j] += dj
-                            out.append(tuple(q))
-            return out
-
         out = []
-        if lay is not None and bandwidths_only:
-            out += [self.compose(lay, cat, b) for b in bw_moves((-2, -1, 1, 2), (-2, -1, 1, 2))]
-        elif lay is not None:
-            few = near[: max(1, k_layouts // 3)]
-            out += [self.compose(int(m), cat, bw) for m in near]
-            out += [self.compose(lay, c, bw) for c in all_cats if c != cat]
-            out += [self.compose(int(m), c, bw) for m in few for c in all_cats if c != cat]
-            out += [self.compose(lay, cat, b) for b in bw_moves((-2, -1, 1, 2), (-2, -1, 1, 2))]
-            out += [self.compose(int(m), cat, b) for m in few for b in bw_moves((-1, 1), ())]
+        for j in range(len(bw)):
+            for d in scaled(steps_single, nbw[j]):
+                if 0 <= bw[j] + d < nbw[j]:
+                    q = list(bw)
+                    q[j] += d
+                    out.append(tuple(q))
+        for i, j in itertools.combinations(range(len(bw)), 2):
+            for di in steps_pair:
+                for dj in steps_pair:
+                    if 0 <= bw[i] + di < nbw[i] and 0 <= bw[j] + dj < nbw[j]:
+                        q = list(bw)
+                        q[i] += di
+                        q[j] += dj
+                        out.append(tuple(q))
+        self._bw_memo[key] = out
         return out

@@ -172,6 +172,7 @@ class ExactEvaluator:
         self.memo: dict[tuple, float] = {}
         self.excess: dict[tuple, float] = {}
         self.valid: dict[tuple, bool] = {}
+        self._key: dict[tuple, tuple] = {}
         self.num_evals = 0
 
     def columns(self, idx: np.ndarray) -> dict:
@@ -195,17 +196,30 @@ class ExactEvaluator:
 
     def __call__(self, points) -> np.ndarray:
         """Exact objectives (inf when invalid or infeasible) of a list of index tuples."""
-        points = [tuple(int(i) for i in p) for p in points]
-        todo = list(dict.fromkeys(p for p in points if p not in self.memo))
+        points = self._ensure(points)
+        memo = self.memo
+        return np.asarray([memo[p] for p in points])
+
+    def _ensure(self, points) -> list:
+        """``points`` as hashable index tuples, every one evaluated (memoized).
+
+        The optimizer's own points are tuples already (``Discretizer.compose``); a tuple of
+        NumPy integers hashes and compares as the same tuple of ints."""
+        points = [p if type(p) is tuple else tuple(int(i) for i in p) for p in points]
+        memo = self.memo
+        todo = [p for p in dict.fromkeys(points) if p not in memo]
         if todo:
             idx = np.asarray(todo, dtype=np.int64)
             vals, valid, excess = self._run(idx)
-            for p, v, ok, ex in zip(todo, vals, valid, excess, strict=True):
-                self.memo[p] = float(v)
-                self.valid[p] = bool(ok)
-                self.excess[p] = float(ex)
+            for p, v, ok, ex in zip(
+                todo, vals.tolist(), valid.tolist(), excess.tolist(), strict=True
+            ):
+                memo[p] = v
+                self.valid[p] = ok
+                self.excess[p] = ex
+                self._key[p] = (0, v) if ex == 0.0 else (1, ex)
             self.num_evals += int(np.sum(valid))
-        return np.asarray([self.memo[p] for p in points])
+        return points
 
     def _run(self, idx: np.ndarray):
         n = idx.shape[0]
@@ -218,20 +232,17 @@ class ExactEvaluator:
         )
         outs = []
         for i in range(0, m, self.CHUNK):
-            cols = jax.tree_util.tree_map(jnp.asarray, self.columns(pad[i : i + self.CHUNK]))
-            outs.append(fn(self.base, cols, self.bounds))
+            # NumPy leaves straight into the jitted call (its C++ path converts them; one
+            # jnp.asarray per leaf cost more than the chunk's evaluation).
+            outs.append(fn(self.base, self.columns(pad[i : i + self.CHUNK]), self.bounds))
         outs = jax.device_get(outs)
         return tuple(np.concatenate([np.asarray(o[k]) for o in outs])[:n] for k in range(3))
 
     def keys(self, points) -> list[tuple]:
         """Sort keys: feasible points by objective first, then infeasible ones by how far
         they are from feasibility (invalid points last)."""
-        vals = self(points)
-        out = []
-        for p, v in zip(points, vals, strict=True):
-            ex = self.excess[tuple(int(i) for i in p)]
-            out.append((0, v) if ex == 0.0 else (1, ex))
-        return out
+        key = self._key
+        return [key[p] for p in self._ensure(points)]
 
     def point(self, p: tuple) -> dict:
         """The axis values of an index tuple."""

@@ -77,14 +77,14 @@ def local_search(
         if not nb:
             break
         ks = ev.keys(nb)
-        j = min(range(len(nb)), key=lambda i: ks[i])
+        j = ks.index(min(ks))
         improved = better(ks[j], cur_k)
         if not improved and deep:
             # Stalled: moves along whole axes, one or two at a time (coupled changes) ...
             nb = disc.axis_moves(cur)
             if nb:
                 ks = ev.keys(nb)
-                j = min(range(len(nb)), key=lambda i: ks[i])
+                j = ks.index(min(ks))
                 improved = better(ks[j], cur_k)
             if nb and not improved:
                 # ... and, from the best of them on STALL_LAYOUTS distinct layouts, a short
@@ -222,10 +222,10 @@ def _bandwidth_scan_starts(
     cand = [disc.compose(lay, c, b) for lay, cs in cats.items() for c in cs for b in grid]
     if not cand:
         return []
+    cand_lay = [lay for lay, cs in cats.items() for _ in cs for _ in grid]
     ck = disc.ev.keys(cand)
     best: dict = {}
-    for q, qk in zip(cand, ck, strict=True):
-        lay = disc.layout_of(q)
+    for q, qk, lay in zip(cand, ck, cand_lay, strict=True):
         if math.isfinite(qk[1]) and (lay not in best or qk < best[lay][1]):
             best[lay] = (q, qk)
     ranked = sorted(best.values(), key=lambda e: e[1])
