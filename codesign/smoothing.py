@@ -72,15 +72,37 @@ class Smoothing:
     # -- maxima --------------------------------------------------------------------------
     def max(self, *xs):
         """Maximum of arrays broadcast together (smooth p-norm when relaxed; inputs >= 0).
-        Exact: element-wise ``jnp.maximum`` pairs, which XLA fuses into the surrounding loop
-        (a reduction over a stacked axis would end a fused loop)."""
+        Both modes work element-wise over the list (``jnp.maximum`` pairs; the relaxed p-norm
+        of :meth:`max_reduce` summed term by term), which XLA fuses into the surrounding loop:
+        a reduction over a stacked axis would end a fused loop (the relaxed search's step,
+        which is value and gradient, ran about 20 % slower with the stack)."""
+        xs = jnp.broadcast_arrays(*xs)
+        hard = functools.reduce(jnp.maximum, xs)
         if self.exact:
-            return functools.reduce(jnp.maximum, jnp.broadcast_arrays(*xs))
-        x = jnp.stack(jnp.broadcast_arrays(*xs))
-        return self.max_reduce(x, axis=0)
+            return hard
+        # The p-norm of max_reduce, written out over the list (same terms, same order).
+        p = 1.0 / jnp.maximum(self.tau, 1e-6)
+        m = jax.lax.stop_gradient(hard)
+        safe_m = jnp.where(m > 0, m, 1.0)
+        terms = []
+        for x in xs:
+            ratio = jnp.clip(x / safe_m, 0.0, 1.0)
+            terms.append(jnp.where(ratio > 0, jnp.exp(p * safe_log(ratio, -1e30)), 0.0))
+        s = functools.reduce(jnp.add, terms)
+        out = safe_m * jnp.exp(safe_log(s) / p)
+        return jnp.where(m > 0, out, hard)
 
     def max_reduce(self, x, axis=0):
-        """Maximum along ``axis`` (smooth p-norm when relaxed; inputs must be >= 0)."""
+        """Maximum along ``axis`` (smooth p-norm when relaxed; inputs must be >= 0).
+
+        Relaxed: ``m (sum_i clip(x_i / m, 0, 1)^p)^(1/p)`` with ``p = 1/tau`` and ``m`` the
+        hard maximum held constant.  The clip's tie rule gives the largest term half its
+        derivative where its ratio is exactly 1 (all of it where rounding puts the ratio an
+        ulp below).  Taking the ratio without the clip at 1 (the whole derivative) was
+        tried: the relaxed search then ended further from the optimum on the co-design
+        benchmark (relaxed objective 1.180x the exhaustive optimum, geometric mean over the
+        35 entries, against 1.128x; ``gpt3-175b-mfu-50`` 3.56x against 1.04x), the exact
+        phase recovering all 35; its settings were tuned with the clip."""
         hard = jnp.max(x, axis=axis)
         if self.exact:
             return hard
@@ -109,10 +131,16 @@ class Smoothing:
                 for i, xi in enumerate(xs)
             ]
             return [jnp.where(w, 1.0, 0.0) for w in win]
-        x = jnp.stack(jnp.broadcast_arrays(*xs))
-        scale = jax.lax.stop_gradient(jnp.maximum(jnp.max(jnp.abs(x), axis=0), 1e-30))
-        w = jax.nn.softmax(x / (jnp.maximum(self.tau, 1e-6) * scale), axis=0)
-        return [w[i] for i in range(len(xs))]
+        xs = jnp.broadcast_arrays(*xs)
+        scale = jax.lax.stop_gradient(
+            jnp.maximum(functools.reduce(jnp.maximum, [jnp.abs(x) for x in xs]), 1e-30)
+        )
+        t = jnp.maximum(self.tau, 1e-6) * scale
+        logits = [x / t for x in xs]
+        top = jax.lax.stop_gradient(functools.reduce(jnp.maximum, logits))
+        e = [jnp.exp(v - top) for v in logits]
+        total = functools.reduce(jnp.add, e)
+        return [v / total for v in e]
 
     def min(self, *xs):
         """Minimum of positive arrays (smooth as ``1/max(1/x)`` when relaxed)."""

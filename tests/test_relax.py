@@ -220,3 +220,55 @@ def test_smooth_max_stays_within_its_documented_factor(n, tau):
         assert np.all(got >= hard * (1 - 1e-12))
         assert np.all(got <= hard * n**tau * (1 + 1e-12))
     np.testing.assert_allclose(got, 2.0 * n**tau, rtol=1e-9)  # all equal: the bound is attained
+
+
+@pytest.mark.parametrize("tau", [0.3, 0.05, 1e-3])
+def test_list_max_and_weights_equal_the_stacked_forms(tau):
+    """``Smoothing.max`` and ``argmax_weights`` take their relaxed forms term by term over the
+    list (so that XLA fuses them); they are the p-norm of ``max_reduce`` over the stacked
+    arguments and a softmax at ``tau`` times the largest magnitude: values, and gradients
+    (those of the largest terms aside), zeros and ties included."""
+    soft = Smoothing(exact=False, tau=tau)
+    rng = np.random.default_rng(7)
+    xs = [jnp.asarray(rng.uniform(0.0, 3.0, size=20)) for _ in range(4)]
+    xs[1] = xs[1].at[:3].set(0.0)
+    xs[2] = xs[2].at[3:6].set(xs[0][3:6])  # ties
+    xs[3] = xs[3].at[:3].set(0.0)
+    xs[0] = xs[0].at[:3].set(0.0)  # one column of zeros only
+
+    def listed(*a):
+        return jnp.sum(soft.max(*a))
+
+    def stacked(*a):
+        return jnp.sum(soft.max_reduce(jnp.stack(a), axis=0))
+
+    np.testing.assert_allclose(listed(*xs), stacked(*xs), rtol=1e-12)
+    # The largest term's derivative depends on whether its ratio to the maximum rounds to
+    # exactly 1 (half, the clip's tie rule) or an ulp below (all): compared elsewhere.
+    top = jnp.max(jnp.stack(xs), axis=0)
+    for x, g1, g2 in zip(
+        xs,
+        jax.grad(listed, argnums=(0, 1, 2, 3))(*xs),
+        jax.grad(stacked, argnums=(0, 1, 2, 3))(*xs),
+        strict=True,
+    ):
+        other = np.asarray(x < top)
+        assert other.sum() >= 10
+        np.testing.assert_allclose(g1[other], g2[other], rtol=1e-10, atol=1e-12)
+
+    def weights_listed(*a):
+        return jnp.stack(soft.argmax_weights(*a))
+
+    def weights_softmax(*a):
+        x = jnp.stack(a)
+        scale = jax.lax.stop_gradient(jnp.maximum(jnp.max(jnp.abs(x), axis=0), 1e-30))
+        return jax.nn.softmax(x / (tau * scale), axis=0)
+
+    ys = [x - 1.0 for x in xs]  # signed arguments
+    np.testing.assert_allclose(weights_listed(*ys), weights_softmax(*ys), rtol=1e-10, atol=1e-300)
+    for g1, g2 in zip(
+        jax.jacobian(lambda a: weights_listed(*a)[1])(ys),
+        jax.jacobian(lambda a: weights_softmax(*a)[1])(ys),
+        strict=True,
+    ):
+        np.testing.assert_allclose(g1, g2, rtol=1e-8, atol=1e-10)
