@@ -435,3 +435,28 @@ def test_stalled_search_scans_the_bandwidths_of_its_own_layout():
     assert own in {disc.layout_of(q) for q in with_own}
     res = optimize(pb, Settings(), seed=0)
     assert res.exact_objective == pytest.approx(float(ex.best_values[0]), rel=1e-9)
+
+
+def test_evaluator_takes_points_in_any_index_form(problem):
+    """The memoized evaluator answers the same for index tuples, lists, NumPy rows, tuples of
+    NumPy integers and a generator, evaluates each distinct point once, and its sort keys
+    order feasible points by value before infeasible ones by their distance."""
+    ev = ExactEvaluator(problem)
+    disc = Discretizer(problem, ev)
+    pts = [disc.compose(i, (0, 0), ()) for i in range(min(6, len(disc.layouts)))]
+    want = ev(pts)
+    n = ev.num_evals
+    arr = np.asarray(pts, dtype=np.int64)
+    for form in (
+        [list(p) for p in pts],
+        arr,
+        [tuple(r) for r in arr],
+        (p for p in pts),
+        pts + pts,
+    ):
+        got = ev(form)
+        np.testing.assert_array_equal(got[: len(pts)], want)
+    assert ev.num_evals == n  # nothing evaluated twice
+    keys = ev.keys(arr)
+    for p, k, v in zip(pts, keys, want, strict=True):
+        assert k == ((0, v) if ev.excess[p] == 0.0 else (1, ev.excess[p]))

@@ -104,6 +104,7 @@ class Discretizer:
         self._index = {r: i for i, r in enumerate(self._rows)}
         self._near: dict[int, np.ndarray] = {}
         self._bw_memo: dict[tuple, list] = {}
+        self._nb_memo: dict[tuple, list] = {}
         # compose() as one C-level gather: a point is (layout row, categories, bandwidths, 0)
         # read at each axis's position (axes of none of the three stay at index 0).
         nl, nc = len(self.layout_axes), len(self.cat_axes)
@@ -243,7 +244,15 @@ class Discretizer:
     ) -> list[tuple]:
         """The local-search neighbourhood of a point (see the module docstring);
         ``bandwidths_only``: only its moves of the bandwidth (and hardware) axes, with the
-        point's layout and categorical combination."""
+        point's layout and categorical combination.  Memoized (the searches from several
+        starts walk through the same points): the list is shared, not to be changed."""
+        key = (point, k_layouts, bandwidths_only)
+        hit = self._nb_memo.get(key)
+        if hit is None:
+            hit = self._nb_memo[key] = self._neighbours(point, k_layouts, bandwidths_only)
+        return hit
+
+    def _neighbours(self, point: tuple, k_layouts: int, bandwidths_only: bool) -> list[tuple]:
         lay, cat, bw = self.split(point)
         near = self.near_layouts(lay, k_layouts) if lay is not None else np.zeros(0, np.int64)
         all_cats = self.all_cats

@@ -14,6 +14,7 @@ feasibility.  Two batch forms use it and nothing else:
 from __future__ import annotations
 
 import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -196,18 +197,19 @@ class ExactEvaluator:
 
     def __call__(self, points) -> np.ndarray:
         """Exact objectives (inf when invalid or infeasible) of a list of index tuples."""
-        points = self._ensure(points)
-        memo = self.memo
-        return np.asarray([memo[p] for p in points])
+        return np.asarray(list(map(self.memo.__getitem__, self._ensure(points))), dtype=float)
 
     def _ensure(self, points) -> list:
         """``points`` as hashable index tuples, every one evaluated (memoized).
 
         The optimizer's own points are tuples already (``Discretizer.compose``); a tuple of
         NumPy integers hashes and compares as the same tuple of ints."""
-        points = [p if type(p) is tuple else tuple(int(i) for i in p) for p in points]
+        if not isinstance(points, list):
+            points = list(points)
+        if not set(map(type, points)) <= {tuple}:
+            points = [p if type(p) is tuple else tuple(int(i) for i in p) for p in points]
         memo = self.memo
-        todo = [p for p in dict.fromkeys(points) if p not in memo]
+        todo = list(itertools.filterfalse(memo.__contains__, dict.fromkeys(points)))
         if todo:
             idx = np.asarray(todo, dtype=np.int64)
             vals, valid, excess = self._run(idx)
@@ -241,8 +243,7 @@ class ExactEvaluator:
     def keys(self, points) -> list[tuple]:
         """Sort keys: feasible points by objective first, then infeasible ones by how far
         they are from feasibility (invalid points last)."""
-        key = self._key
-        return [key[p] for p in self._ensure(points)]
+        return list(map(self._key.__getitem__, self._ensure(points)))
 
     def point(self, p: tuple) -> dict:
         """The axis values of an index tuple."""
