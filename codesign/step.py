@@ -49,6 +49,7 @@ from flax import struct
 
 from codesign import collectives as coll
 from codesign import compute, memory, pipeline, workload
+from codesign._dispatch import packed_jit
 from codesign.cost import cluster_cost
 from codesign.goodput import checkpoint_size_bytes
 from codesign.memory import stage_params
@@ -534,7 +535,7 @@ def tokens_to_train(training: Training, strategy: Strategy, sm: Smoothing = EXAC
     return training.tokens * (1.0 + diloco * (training.outer_tokens_factor - 1.0))
 
 
-_evaluate_jit = jax.jit(evaluate_unchecked)
+_evaluate_jit = packed_jit(evaluate_unchecked)  # one host-to-device transfer per call
 
 
 def evaluate_specs(specs: dict, smoothing: Smoothing = EXACT) -> Report:

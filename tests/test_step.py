@@ -263,6 +263,8 @@ def test_no_recompilation_when_values_change():
         cd.evaluate(*c.specs())
     assert step_mod._evaluate_jit._cache_size() == before
     assert len(set(times)) > 1  # the values really changed the result
+    # The checked calls took the packed path (one array per call), not the plain jit.
+    assert step_mod._evaluate_jit.packed._cache_size() >= 1
 
     # A fresh jit compiles exactly once for the three bandwidths.  (A new function object:
     # jax shares one compilation cache between jit wrappers of the same function.)
@@ -909,3 +911,30 @@ def test_fp8_gathers_quantized_sequence_parallel_inputs():
     assert math.isclose(tp_comm("bf16", True) - tp_comm("fp8", True), want, rel_tol=1e-9)
     assert tp_comm("mxfp8", True) > tp_comm("fp8", True)  # MXFP8 also gathers its scales
     assert tp_comm("bf16", False) == tp_comm("fp8", False)
+
+
+def test_packed_call_equals_the_plain_jit():
+    """``codesign.evaluate`` sends a configuration's ~170 host floats as one packed array
+    (``codesign._dispatch.packed_jit``): every report leaf equals the plain ``jax.jit`` of
+    the same function, exact and relaxed, to rounding (XLA may fuse the two programs
+    differently); device-array leaves (the plain path) give the same report."""
+    from codesign import workload
+    from codesign.smoothing import Smoothing
+
+    for c in (small_config(), small_config(tp=4, pp=1, dp=16, recompute="full", zero=3)):
+        m, tr, sy, st, eff = c.specs()
+        m = workload.with_parts(m)
+        for sm in (cd.smoothing.EXACT, Smoothing(exact=False, tau=0.05)):
+            a = step_mod._evaluate_jit(m, tr, sy, st, eff, sm)
+            b = step_mod._evaluate_jit.plain(m, tr, sy, st, eff, sm)
+            for x, y in zip(
+                jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True
+            ):
+                assert x.dtype == y.dtype
+                np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-13, atol=0)
+    # Device arrays (not packed) give the same report.
+    on_device = jax.tree_util.tree_map(jnp.asarray, (m, tr, sy, st, eff))
+    a = step_mod._evaluate_jit(*on_device, cd.smoothing.EXACT)
+    b = step_mod._evaluate_jit(m, tr, sy, st, eff, cd.smoothing.EXACT)
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-13, atol=0)
