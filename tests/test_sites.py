@@ -362,3 +362,27 @@ def test_load_without_checks_keeps_proportional_shares_when_no_split_is_valid():
     np.testing.assert_allclose(
         [float(s.share) for s in job.sites], [1024 * 128 / 272, 1024 * 144 / 272]
     )
+
+
+@pytest.mark.parametrize("model", ["llama3-8b", "mixtral-8x7b"])
+def test_checked_sites_compile_only_the_parts_the_model_needs(model):
+    """``evaluate_sites`` trims ``Model.parts`` to what the job's model needs (as
+    ``codesign.evaluate`` does): every report leaf equals the untrimmed program's, and a
+    dense model's program has no MoE terms."""
+    from codesign import workload
+
+    tiers = [H100[0], dict(H100[1], domain=64)]
+    job = _job(
+        [
+            _site(n=64, tiers=tiers, name="a", tp=8, pp=1, dp=8),
+            _site(n=64, tiers=tiers, name="b", tp=8, pp=1, dp=8),
+        ],
+        model=model,
+    )
+    trimmed = workload.with_parts(job.model)
+    assert trimmed.parts is not None and ("moe" in trimmed.parts) == (model == "mixtral-8x7b")
+    assert job.model.parts is None
+    a = sites.evaluate_sites(job)
+    b = jax.jit(sites.evaluate_sites_unchecked)(job)  # parts=None: every part
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-12, atol=0)

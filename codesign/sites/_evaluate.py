@@ -16,7 +16,7 @@ from codesign.sites._spec import DP_OUTERMOST, Sites, SitesReport, _check, _repl
 from codesign.smoothing import EXACT, Smoothing, safe_div
 from codesign.specs import Model, System
 from codesign.step import Report, evaluate_unchecked, tokens_to_train
-from codesign.workload import model_flops_per_step, total_params
+from codesign.workload import model_flops_per_step, total_params, with_parts
 
 
 def _per_layer_kinds(model: Model, layers) -> Model:
@@ -248,6 +248,7 @@ def evaluate_sites(job: Sites, smoothing: Smoothing = EXACT, homogeneous: bool =
     with ``smoothing``).
     """
     _check(job)
+    job = _replace(job, model=with_parts(job.model))  # the parts its values need
     return _evaluate_jit(job, smoothing, homogeneous)
 
 
