@@ -72,15 +72,25 @@ class Smoothing:
     # -- maxima --------------------------------------------------------------------------
     def max(self, *xs):
         """Maximum of arrays broadcast together (smooth p-norm when relaxed; inputs >= 0).
-        Both modes work element-wise over the list (``jnp.maximum`` pairs; the relaxed p-norm
-        of :meth:`max_reduce` summed term by term), which XLA fuses into the surrounding loop:
-        a reduction over a stacked axis would end a fused loop (the relaxed search's step,
-        which is value and gradient, ran about 20 % slower with the stack)."""
+
+        Relaxed: ``m (sum_i clip(x_i / m, 0, 1)^p)^(1/p)`` with ``p = 1/tau`` and ``m`` the
+        hard maximum held constant (at most ``m n^tau`` for ``n`` terms).  Both modes work
+        element-wise over the list (``jnp.maximum`` pairs, the p-norm summed term by term),
+        which XLA fuses into the surrounding loop: a reduction over a stacked axis would end
+        a fused loop (the relaxed search's step, value and gradient, ran about 20 % slower
+        with the stack).
+
+        The clip's tie rule gives the largest term half its derivative where its ratio is
+        exactly 1 (all of it where rounding puts the ratio an ulp below).  Taking the ratio
+        without the clip at 1 (the whole derivative) was tried: the relaxed search then ended
+        further from the optimum on the co-design benchmark (relaxed objective 1.180x the
+        exhaustive optimum, geometric mean over the 35 entries, against 1.128x;
+        ``gpt3-175b-mfu-50`` 3.56x against 1.04x), the exact phase recovering all 35; its
+        settings were tuned with the clip."""
         xs = jnp.broadcast_arrays(*xs)
         hard = functools.reduce(jnp.maximum, xs)
         if self.exact:
             return hard
-        # The p-norm of max_reduce, written out over the list (same terms, same order).
         p = 1.0 / jnp.maximum(self.tau, 1e-6)
         m = jax.lax.stop_gradient(hard)
         safe_m = jnp.where(m > 0, m, 1.0)
@@ -88,33 +98,14 @@ class Smoothing:
         for x in xs:
             ratio = jnp.clip(x / safe_m, 0.0, 1.0)
             terms.append(jnp.where(ratio > 0, jnp.exp(p * safe_log(ratio, -1e30)), 0.0))
+        # sum (x/m)^p >= 1 because the largest ratio is 1, so its log is safe.
         s = functools.reduce(jnp.add, terms)
         out = safe_m * jnp.exp(safe_log(s) / p)
         return jnp.where(m > 0, out, hard)
 
     def max_reduce(self, x, axis=0):
-        """Maximum along ``axis`` (smooth p-norm when relaxed; inputs must be >= 0).
-
-        Relaxed: ``m (sum_i clip(x_i / m, 0, 1)^p)^(1/p)`` with ``p = 1/tau`` and ``m`` the
-        hard maximum held constant.  The clip's tie rule gives the largest term half its
-        derivative where its ratio is exactly 1 (all of it where rounding puts the ratio an
-        ulp below).  Taking the ratio without the clip at 1 (the whole derivative) was
-        tried: the relaxed search then ended further from the optimum on the co-design
-        benchmark (relaxed objective 1.180x the exhaustive optimum, geometric mean over the
-        35 entries, against 1.128x; ``gpt3-175b-mfu-50`` 3.56x against 1.04x), the exact
-        phase recovering all 35; its settings were tuned with the clip."""
-        hard = jnp.max(x, axis=axis)
-        if self.exact:
-            return hard
-        p = 1.0 / jnp.maximum(self.tau, 1e-6)
-        m = jax.lax.stop_gradient(hard)
-        safe_m = jnp.where(m > 0, m, 1.0)
-        r = jnp.expand_dims(safe_m, axis)
-        ratio = jnp.clip(x / r, 0.0, 1.0)
-        # sum (x/m)^p >= 1 because the largest ratio is 1, so its log is safe.
-        s = jnp.sum(jnp.where(ratio > 0, jnp.exp(p * safe_log(ratio, -1e30)), 0.0), axis=axis)
-        out = safe_m * jnp.exp(safe_log(s) / p)
-        return jnp.where(m > 0, out, hard)
+        """Maximum along ``axis`` (inputs >= 0): :meth:`max` of the slices along it."""
+        return self.max(*jnp.moveaxis(jnp.asarray(x), axis, 0))
 
     def argmax_weights(self, *xs):
         """Weights of each argument being the largest: one-hot (first of ties) when exact, a

@@ -112,9 +112,7 @@ class Discretizer:
         pos.update({a: nl + j for j, a in enumerate(self.cat_axes)})
         pos.update({a: nl + nc + j for j, a in enumerate(self.bw_axes)})
         zero = nl + nc + len(self.bw_axes)
-        order = [pos.get(a, zero) for a in range(len(paths))]
-        self._gather = operator.itemgetter(*order) if len(order) > 1 else None
-        self._order = order
+        self._gather = _tuple_getter([pos.get(a, zero) for a in range(len(paths))])
         self._lay_of = _tuple_getter(self.layout_axes)
         self._cat_of = _tuple_getter(self.cat_axes)
         self._bw_of = _tuple_getter(self.bw_axes)
@@ -139,10 +137,7 @@ class Discretizer:
     def compose(self, layout: int, cat: tuple, bw: tuple) -> tuple:
         """The index tuple of a valid layout (its index), a categorical index tuple and a
         bandwidth index tuple."""
-        flat = (*self._rows[layout], *cat, *bw, 0)
-        if self._gather is None:
-            return tuple(flat[j] for j in self._order)
-        return self._gather(flat)
+        return self._gather((*self._rows[layout], *cat, *bw, 0))
 
     def split(self, point: tuple):
         return (self._index.get(self._lay_of(point)), self._cat_of(point), self._bw_of(point))

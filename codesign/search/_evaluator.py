@@ -172,7 +172,6 @@ class ExactEvaluator:
         """Forget every memoized point and the evaluation count."""
         self.memo: dict[tuple, float] = {}
         self.excess: dict[tuple, float] = {}
-        self.valid: dict[tuple, bool] = {}
         self._key: dict[tuple, tuple] = {}
         self.num_evals = 0
 
@@ -213,11 +212,8 @@ class ExactEvaluator:
         if todo:
             idx = np.asarray(todo, dtype=np.int64)
             vals, valid, excess = self._run(idx)
-            for p, v, ok, ex in zip(
-                todo, vals.tolist(), valid.tolist(), excess.tolist(), strict=True
-            ):
+            for p, v, ex in zip(todo, vals.tolist(), excess.tolist(), strict=True):
                 memo[p] = v
-                self.valid[p] = ok
                 self.excess[p] = ex
                 self._key[p] = (0, v) if ex == 0.0 else (1, ex)
             self.num_evals += int(np.sum(valid))
