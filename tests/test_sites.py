@@ -386,3 +386,33 @@ def test_checked_sites_compile_only_the_parts_the_model_needs(model):
     b = jax.jit(sites.evaluate_sites_unchecked)(job)  # parts=None: every part
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("model", ["llama3-8b", "mixtral-8x7b"])
+def test_balance_and_search_compile_only_the_parts_the_model_needs(model):
+    """``balance`` and ``best_strategies`` evaluate with ``Model.parts`` trimmed to what the
+    job's model needs: their answers equal those of the same job listing every part (nothing
+    to trim), and the job they return keeps its own ``parts``."""
+    from codesign import workload
+
+    tiers = [H100[0], dict(H100[1], domain=64)]
+    job = _job(
+        [
+            _site(n=64, tiers=tiers, name="a", tp=8, pp=1, dp=8),
+            _site("gb200", 64, [GB200[0], dict(GB200[1], domain=64)], name="b", tp=8, pp=1, dp=8),
+        ],
+        model=model,
+    )
+    every = sites._spec._replace(job, model=job.model.replace(parts=workload.MODEL_PARTS))
+    grid = sites.strategy_grid(
+        tp=(4, 8), pp=(1, 2), microbatch=(1,), recompute=("none",), zero=(1,)
+    )
+    for run in (sites.balance, lambda j: sites.best_strategies(j, grid)):
+        (ja, a), (jb, b) = run(job), run(every)
+        assert ja.model.parts is None and jb.model.parts == workload.MODEL_PARTS
+        assert a.keys() == b.keys()
+        assert a.get("strategies") == b.get("strategies")  # best_strategies' winning tables
+        for k in a.keys() - {"strategies"}:
+            np.testing.assert_allclose(
+                np.asarray(a[k], dtype=float), np.asarray(b[k], dtype=float), rtol=1e-12
+            )

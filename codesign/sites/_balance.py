@@ -9,9 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from codesign.sites._evaluate import combine, site_table
-from codesign.sites._spec import Sites, _check, _total_work, _with_shares
+from codesign.sites._spec import Sites, _check, _replace, _total_work, _with_shares
 from codesign.smoothing import EXACT
 from codesign.specs import SpecError
+from codesign.workload import with_parts
 
 MAX_SPLITS = 2_000_000
 """The most splits :func:`balance` compares (the product of the first ``S - 1`` sites'
@@ -87,6 +88,7 @@ def balance(job: Sites, max_splits: int = MAX_SPLITS) -> tuple[Sites, dict]:
     and ``fits`` (False when no split fits: the fastest is returned).
     """
     _check(job)
+    work = _replace(job, model=with_parts(job.model))  # compiles only the parts it needs
     n = len(job.sites)
     cands, idx = _compositions(job, max_splits)
     tables = []
@@ -94,11 +96,11 @@ def balance(job: Sites, max_splits: int = MAX_SPLITS) -> tuple[Sites, dict]:
         # Padded to a power of two so that jobs of one structure share compiled programs.
         c = cands[i]
         padded = np.concatenate([c, np.full((1 << (len(c) - 1).bit_length()) - len(c), c[-1])])
-        t = site_table(job, i, jnp.asarray(padded))
+        t = site_table(work, i, jnp.asarray(padded))
         tables.append({k: np.asarray(v)[: len(c)] for k, v in t.items()})
     shares = [cands[i][idx[i]] for i in range(n)]
     parts = [{k: v[idx[i]] for k, v in tables[i].items()} for i in range(n)]
-    c = jax.tree_util.tree_map(np.asarray, combine(job, parts, shares, EXACT))
+    c = jax.tree_util.tree_map(np.asarray, combine(work, parts, shares, EXACT))
     step = np.asarray(c["step"], dtype=float)
     fits = np.asarray(c["fits"], dtype=bool)
     score = np.where(fits, step, np.inf) if fits.any() else step
