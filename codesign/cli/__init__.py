@@ -16,6 +16,12 @@ import sys
 
 __all__ = ["main", "build_parser"]
 
+DESCRIPTION = (
+    "Co-design an AI training cluster and its parallel strategy: evaluate one training step "
+    "(time, memory, dollars, energy), search clusters and strategies exactly or by gradient "
+    "descent, measure sensitivities, and validate against measured runs."
+)
+
 
 def build_parser():
     """The argument parser of every command."""
@@ -23,11 +29,15 @@ def build_parser():
     from codesign.cli import evaluate, search, sensitivity, sites, validate
     from codesign.cli._args import Parser
 
-    p = Parser(prog="codesign", description=__doc__.splitlines()[0])
+    p = Parser(prog="codesign", description=DESCRIPTION)
     p.add_argument("--version", action="version", version=f"codesign {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     for module in (evaluate, search, sensitivity, sites, validate):
         module.register(sub)
+    for action in sub._choices_actions:  # a command's --help opens with its one-line summary
+        cmd = sub.choices[action.dest]
+        if cmd.description is None and action.help:
+            cmd.description = action.help[0].upper() + action.help[1:] + "."
     return p
 
 
