@@ -376,6 +376,7 @@ STRATEGY_NUMBERS = (  # [strategy] keys that are numbers
     "recompute_fraction",
     "offload_activations",
     "moe_permute_copies",
+    "moe_capacity_factor",
     "offload_optimizer",
     "outer_sync_interval",
     "outer_compression",

@@ -15,7 +15,8 @@ that it generalizes: attention ``2 + 2q/h + 4kv/h + 2 + dropout`` (input to QKV,
 input to the output projection, dropout mask), scores ``5 a s^2 b`` when the attention is
 not fused (softmax output 2, dropout mask 1, dropout output 2 per score), MLP
 ``2 + 2 (1 + gated) f/h + 2 f/h + dropout`` per token (input, the first GEMM's outputs,
-the activation output, dropout mask; MoE layers store ``top_k`` slots of expert width),
+the activation output, dropout mask; MoE layers store ``top_k`` slots of expert width,
+``c top_k`` with token drop padded to capacity ``c``: :func:`codesign.workload.moe_load`),
 and two LayerNorm inputs ``4``.  With ``q = kv = h``, ``f = 4h``, no gate and dropout this
 gives ``11 + 19 + 4 = 34`` and ``5 a s / h``.  The parts that tensor parallelism does not
 split without sequence parallelism are the LayerNorm inputs (4), the inputs of the
@@ -145,8 +146,9 @@ def activation_bytes_per_token_layer(
         )
     dense_mlp = 2.0 * mats * m.ffn_hidden + 2.0 * m.ffn_hidden
     per_slot = 2.0 * mats * m.moe_ffn_hidden + 2.0 * m.moe_ffn_hidden
-    slots = m.moe_top_k + m.moe_shared_experts
-    moe_mlp = slots * per_slot + 2.0 * m.moe_top_k * h  # + dispatched copies of the tokens
+    routed = m.moe_top_k * workload.moe_load(strategy)[0]  # token drop: padded to capacity
+    slots = routed + m.moe_shared_experts
+    moe_mlp = slots * per_slot + 2.0 * routed * h  # + dispatched copies of the tokens
     mlp_split = fr["dense"] * dense_mlp + moe_frac * moe_mlp
     # LayerNorm inputs (2 x 2h), their outputs = QKV and FC1 inputs (2 x 2h), dropout masks
     # (the MLP's three on the MLP-bearing layers only); MLA's latents (query and key/value
@@ -173,7 +175,7 @@ def activation_bytes_per_token_layer(
         replicated = replicated - 2.0 * h + fr["free"] * h
         attn_split = attn_split - fr["attention"] * ((1.0 - mla) * h + mla * v) - fr["mamba"] * di
         mlp_split = mlp_split - (
-            fr["dense"] * m.ffn_hidden + moe_frac * (slots * m.moe_ffn_hidden + m.moe_top_k * h)
+            fr["dense"] * m.ffn_hidden + moe_frac * (slots * m.moe_ffn_hidden + routed * h)
         )
         act_part = act_part / 2.0
     return {

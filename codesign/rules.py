@@ -392,6 +392,7 @@ def valid_mask(specs: dict):
     for d in _FRACTIONS:
         x = getattr(st, d)
         ok &= (x >= 0) & (x <= 1)
+    ok &= st.moe_capacity_factor >= 0
     for rule in RULES:
         ok &= rule.ok(jnp, m, tr, sy, st)
     return ok
@@ -416,6 +417,7 @@ def check_strategy(st: Strategy, model: Model, training: Training, system: Syste
     for d in _FRACTIONS:
         if not 0 <= positive(f"strategy.{d}", getattr(st, d), allow_zero=True) <= 1:
             raise SpecError(f"strategy.{d}", getattr(st, d), "a fraction in [0, 1]")
+    positive("strategy.moe_capacity_factor", st.moe_capacity_factor, allow_zero=True)
     mods = np.asarray(st.recompute_modules, dtype=float)
     if mods.shape != (len(RECOMPUTE_MODULES),) or np.any((mods < 0) | (mods > 1)):
         raise SpecError(

@@ -405,6 +405,11 @@ class Strategy:
     (``fused_dispatch``, then one ``permute``) or HybridEP (``dispatch_with_permute``: its
     dispatch kernel, then its own permute kernel; the same on combine); 0 for a dispatcher that
     permutes inside the communication kernel."""
+    moe_capacity_factor: float = 0.0
+    """0 (the default): dropless MoE, Megatron-Core's default.  ``c > 0``: token drop with each
+    expert's input padded to ``c`` times the balanced load (``moe_expert_capacity_factor`` with
+    ``moe_pad_expert_input_to_capacity``; Fedus et al. 2021, arXiv:2101.03961, Sec. 2.2), as
+    Megatron-Bridge's token-drop recipes run (``c = 1``): :func:`codesign.workload.moe_load`."""
     outer_sync_interval: float = 1.0
     """``H``: data parallelism reduces across sites (the ``cross_site`` tiers) only every
     ``H`` steps, an outer all-reduce of the pseudo-gradient (DiLoCo, Douillard et al. 2023,
@@ -476,6 +481,7 @@ def make_strategy(
     overlap_moe_comm: bool = False,
     moe_hierarchical_dispatch: bool = False,
     moe_permute_copies: float = 2.0,
+    moe_capacity_factor: float = 0.0,
     outer_sync_interval: float = 1.0,
     outer_compression: float = 1.0,
     outer_overlap: float = 0.0,
@@ -494,17 +500,13 @@ def make_strategy(
     if zero not in ZERO_STAGES or isinstance(zero, bool):
         raise SpecError("strategy.zero", zero, "an integer 0, 1, 2 or 3")
     for name, flag in (
-        ("sequence_parallel", sequence_parallel),
-        ("overlap_dp", overlap_dp),
-        ("overlap_param_gather", overlap_param_gather),
-        ("overlap_tp", overlap_tp),
-        ("flash_attention", flash_attention),
-        ("pp_embedding_in_split", pp_embedding_in_split),
-        ("pp_loss_in_split", pp_loss_in_split),
-        ("overlap_moe_comm", overlap_moe_comm),
+        ("sequence_parallel", sequence_parallel), ("overlap_dp", overlap_dp),
+        ("overlap_param_gather", overlap_param_gather), ("overlap_tp", overlap_tp),
+        ("flash_attention", flash_attention), ("pp_embedding_in_split", pp_embedding_in_split),
+        ("pp_loss_in_split", pp_loss_in_split), ("overlap_moe_comm", overlap_moe_comm),
         ("moe_hierarchical_dispatch", moe_hierarchical_dispatch),
         ("offload_whole_layers", offload_whole_layers),
-    ):
+    ):  # fmt: skip
         if not isinstance(flag, bool | np.bool_) and flag not in (0, 1):
             raise SpecError(f"strategy.{name}", flag, "true or false")
     if isinstance(recompute_modules, str):
@@ -525,6 +527,7 @@ def make_strategy(
         if v > 1:
             raise SpecError(f"strategy.{name}", frac, "a fraction in [0, 1]")
     positive("strategy.moe_permute_copies", moe_permute_copies, allow_zero=True)
+    positive("strategy.moe_capacity_factor", moe_capacity_factor, allow_zero=True)
     if positive("strategy.outer_sync_interval", outer_sync_interval, integer=True) < 1:
         raise SpecError("strategy.outer_sync_interval", outer_sync_interval, "an integer >= 1")
     if positive("strategy.outer_compression", outer_compression) > 1:
@@ -559,6 +562,7 @@ def make_strategy(
         overlap_moe_comm=float(bool(overlap_moe_comm)),
         moe_hierarchical_dispatch=float(bool(moe_hierarchical_dispatch)),
         moe_permute_copies=float(moe_permute_copies),
+        moe_capacity_factor=float(moe_capacity_factor),
         outer_sync_interval=float(outer_sync_interval),
         outer_compression=float(outer_compression),
         outer_overlap=float(outer_overlap),

@@ -17,10 +17,11 @@ with the input-gradient GEMMs up to ``tp_overlap_eff``; context parallelism all-
 V forward and all-gathers K, V and reduce-scatters their gradients backward, hidden behind
 the pass's attention up to ``cp_overlap_eff`` (ring attention, Liu et al. 2023), and pays
 ``cp_step_overhead_us`` per ring step; each MoE layer all-to-alls its tokens' ``top_k`` slots
-to the experts and back, forward and backward (Lepikhin et al. 2020).  Data parallelism
-all-reduces the gradients (ZeRO-0), reduce-scatters them and all-gathers the updated
-weights (ZeRO-1/2, Megatron's distributed optimizer), or does that for every micro-batch
-with two gathers (ZeRO-3/FSDP), at ``dp_comm_eff`` of the tiers' collective bandwidth.
+(``c top_k`` padded to capacity ``c``) to the experts and back, forward and backward
+(Lepikhin et al. 2020).  Data parallelism all-reduces the gradients (ZeRO-0), reduce-scatters
+them and all-gathers the updated weights (ZeRO-1/2, Megatron's distributed optimizer), or
+does that for every micro-batch with two gathers (ZeRO-3/FSDP), at ``dp_comm_eff`` of the
+tiers' collective bandwidth.
 With ``overlap_dp`` on, up to ``dp_overlap_eff`` of one micro-batch's forward and backward
 hides it (gradient buckets reduce during the last backward; the distributed optimizer's
 parameter all-gather overlaps the next forward; with ``overlap_param_gather`` off that
@@ -295,19 +296,18 @@ def evaluate_unchecked(
     cp_steps = sm.relu(st.cp - 1.0, scale=1.0) * eff.cp_step_overhead_us * 1e-6
     t_cp = (1.0 + r[2] * phi) * cp_fwd + 2.0 * cp_bwd + (3.0 + r[2] * phi) * cp_steps
 
-    # Expert parallelism: all-to-all of the tokens' top_k slots to the experts and back,
-    # forward and backward (again when the MoE layer is recomputed); with etp > 1 the expert
-    # tensor-parallel ranks all-gather their slots and reduce-scatter the results.
+    # Expert parallelism: all-to-all of the tokens' top_k slots (x capacity: moe_load) to the
+    # experts and back, forward and backward (again when the MoE layer is recomputed); with
+    # etp > 1 the expert tensor-parallel ranks all-gather their slots and reduce-scatter them.
     t_ep, has_moe = 0.0, workload.has_part(m, "moe")
     if has_moe:
         moe_frac = safe_div(m.moe_layers, m.layers)
         a2a_tokens = tokens / (st.sequence_parallel * st.tp + (1.0 - st.sequence_parallel))
-        a2a_bytes = 2.0 * a2a_tokens * m.moe_top_k * h
+        a2a_bytes = 2.0 * a2a_tokens * m.moe_top_k * h * workload.moe_load(st)[0]
         ep_passes = 4.0 + 2.0 * (r[2] * phi + r[1] * w[4])
         dedup = st.moe_hierarchical_dispatch * m.moe_top_k
         a2a = coll.all_to_all_time(a2a_bytes, groups["ep"], sy, sm, dedup_copies=dedup)
-        etp_bytes = 2.0 * a2a_tokens * m.moe_top_k * h * expert_tp(st)
-        etp_ag = coll.all_gather_time(etp_bytes, groups["etp"], sy, sm)
+        etp_ag = coll.all_gather_time(a2a_bytes * expert_tp(st), groups["etp"], sy, sm)
         has_etp = sm.step(expert_tp(st) - 1.0)
         ep_one = ep_passes * (a2a + has_etp * etp_ag)
         ep_overlap = eff.ep_overlap_eff * compute.flex_mix(st, eff.ep_overlap_flex_ratio)

@@ -43,7 +43,7 @@ def frontier_doc():
             "pp_first_layers": 7, "pp_last_layers": 6, "recompute": "selective",
             "recompute_modules": ["core_attn", "mla_up_proj", "moe_act"],
             "offload_activations": 0.25, "offload_optimizer": 0.5, "overlap_moe_comm": True,
-            "moe_hierarchical_dispatch": True, "zero": 1,
+            "moe_hierarchical_dispatch": True, "moe_capacity_factor": 1.25, "zero": 1,
             "placement": ["tp", "ep", "cp", "dp", "pp"],
         },
     }  # fmt: skip
