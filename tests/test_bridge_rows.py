@@ -31,7 +31,7 @@ STRATEGY_KEYS = {
     "overlap_dp", "overlap_param_gather", "overlap_tp", "flash_attention", "pp_first_layers",
     "pp_last_layers", "pp_embedding_in_split", "pp_loss_in_split", "offload_activations",
     "offload_optimizer",
-    "overlap_moe_comm", "moe_hierarchical_dispatch", "moe_permute_copies", "offload_whole_layers",
+    "overlap_moe_comm", "moe_hierarchical_dispatch", "moe_permute_copies", "offload_whole_layers", "moe_capacity_factor",
 }  # fmt: skip
 PRECISIONS = {"bf16", "fp16", "fp8", "fp8-delayed", "fp8-current", "mxfp8", "fp4", "nvfp4", "mxfp4"}
 MODULES = {"core_attn", "layernorm", "mlp", "moe_act", "moe", "mla_up_proj"}

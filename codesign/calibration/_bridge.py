@@ -225,7 +225,7 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
         model["window_layers"] = arch["window_layers"]
         notes.append("GPT-OSS attention sinks and biases NOT modelled")
     if val.get("token_drop"):
-        notes.append("MoE token drop (capacity 1.0, padded) not modelled: force-balanced routing")
+        notes.append("MoE token drop: capacity 1.0, padded (moe_capacity_factor = 1)")
 
     tp, pp, cp = int(par["tp"]), int(par["pp"]), int(par.get("cp", 1))
     vpp = par.get("virtual_pp")
@@ -281,6 +281,8 @@ def bridge_row_to_doc(row: dict, catalog: dict, stack: str) -> tuple[dict, list]
         # HybridEP dispatch_with_permute = dispatch kernel + its own permute kernel) makes 1
         # each way, the alltoall dispatcher 2 (permute, then sort_chunks_by_idxs by expert).
         "moe_permute_copies": 1.0 if val.get("moe_hierarchical_dispatch", False) else 2.0,
+        # run_script.py apply_moe_token_drop: moe_expert_capacity_factor 1.0, padded to it.
+        "moe_capacity_factor": 1.0 if val.get("token_drop") else 0.0,
         "pp_first_layers": 0,
         "pp_last_layers": 0,
         "pp_embedding_in_split": False,

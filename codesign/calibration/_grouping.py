@@ -204,7 +204,6 @@ DEFAULT_PARAMS = (
     "tp_overlap_eff",
     "tier_efficiency",
     "backward_factor",
-    "moe_imbalance",
     "moe_permute_factor",
     "grouped_gemm_eff",
     "grouped_gemm_half_tokens",

@@ -196,9 +196,15 @@ def run_validation(
     }
 
 
-_AFTER_DP_OVERLAP = DEFAULT_PARAMS.index("dp_overlap_eff") + 1
+_AFTER_BACKWARD = DEFAULT_PARAMS.index("backward_factor") + 1
+_WITH_IMBALANCE = (
+    DEFAULT_PARAMS[:_AFTER_BACKWARD] + ("moe_imbalance",) + DEFAULT_PARAMS[_AFTER_BACKWARD:]
+)
+"""The set shipped until 2026-12-06, which fitted ``moe_imbalance`` as well: every candidate
+up to the one that dropped it builds on it."""
+_AFTER_DP_OVERLAP = _WITH_IMBALANCE.index("dp_overlap_eff") + 1
 _WITH_DP_COMM = (
-    DEFAULT_PARAMS[:_AFTER_DP_OVERLAP] + ("dp_comm_eff",) + DEFAULT_PARAMS[_AFTER_DP_OVERLAP:]
+    _WITH_IMBALANCE[:_AFTER_DP_OVERLAP] + ("dp_comm_eff",) + _WITH_IMBALANCE[_AFTER_DP_OVERLAP:]
 )
 """The set shipped until 2026-12-05, which fitted ``dp_comm_eff`` per software stack as well:
 every candidate up to the one that dropped it builds on it."""
@@ -262,7 +268,8 @@ ABLATION_SETS = {
         _WITH_DP_COMM,
         {"dp_overlap_slowdown": "generation+stack"},
     ),
-    "- dp_comm_eff (chosen)": (DEFAULT_PARAMS, {}),
+    "- dp_comm_eff": (_WITH_IMBALANCE, {}),
+    "- moe_imbalance (chosen)": (DEFAULT_PARAMS, {}),
     "per stack, dp_overlap_eff shared": (
         _PER_STACK,
         _shared_grouped({"dp_overlap_eff": "shared"}),
