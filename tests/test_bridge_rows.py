@@ -96,6 +96,10 @@ def test_specific_recipe_settings():
     assert row_to_doc(by_id[qwen])[0]["strategy"]["moe_permute_copies"] == 1.0
     oss = "mbridge_25.11_DGX-GB200_GPT_OSS_120B_64gpu_BF16"
     assert row_to_doc(by_id[oss])[0]["strategy"]["moe_permute_copies"] == 2.0
+    # 25.09's token-drop recipes (apply_moe_token_drop: capacity 1.0, padded); 25.11 dropless.
+    capacity = {r["id"]: row_to_doc(r)[0]["strategy"]["moe_capacity_factor"] for r in ROWS}
+    assert {i for i, c in capacity.items() if c == 1.0} == {i for i in capacity if "tokendrop" in i}
+    assert set(capacity.values()) == {0.0, 1.0}
     # GPT-OSS on B200: the page prints the base config's EP 8, the recipe that set its MBS 4
     # ran EP 64 (r0.2.0 workload_base_configs.py); the row's notes say so.
     b200 = by_id["mbridge_25.11_DGX-B200_GPT_OSS_120B_64gpu_BF16"]

@@ -125,3 +125,22 @@ def test_run_file_key():
     cfg = mixtral(moe_capacity_factor=1.25)
     assert float(cfg.strategy.moe_capacity_factor) == 1.25
     assert dataclasses.replace(cfg.strategy).moe_capacity_factor == 1.25
+
+
+def test_evaluate_prints_the_moe_mode(tmp_path, capsys):
+    """``codesign evaluate`` names the MoE dispatcher and the routing mode of an MoE run."""
+    from codesign.cli import main
+
+    body = (
+        '[model]\npreset = "mixtral-8x7b"\n[training]\nglobal_batch = 256\n[system]\n'
+        'accelerator = "h100-sxm5-80gb"\nnum_accelerators = 64\n'
+        "[strategy]\ntp = 2\npp = 2\ndp = 16\nep = 8\n"
+    )
+    for extra, expect in (("", "dropless"), ("moe_capacity_factor = 1.25\n", "capacity=1.25")):
+        path = tmp_path / "run.toml"
+        path.write_text(body + extra)
+        assert main(["evaluate", str(path)]) == 0
+        line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("moe ")]
+        assert line == [
+            f"moe etp=2 dispatcher=alltoall {expect}" + (" (token drop, padded)" if extra else "")
+        ]

@@ -290,7 +290,7 @@ class DgxcFinding:
             grok = (
                 f"  Grok-1 (MoE, {experts} experts top-{top_k}"
                 + (" in every layer" if every else "")
-                + ") is fitted with one moe_imbalance for both precisions: FP8 is "
+                + ") is fitted with one set of MoE values for both precisions: FP8 is "
                 f"{'over' if fp8 > 0 else 'under'}-predicted (mean {fp8:+.1f} %) and BF16 "
                 f"{'over' if bf16 > 0 else 'under'}-predicted (mean {bf16:+.1f} %)."
             )
