@@ -35,11 +35,10 @@ shard their tokens, the ``etp`` ranks of an expert gather theirs), i.e. ``top_k`
 FLOPs per token spread over all ranks.  The grouped GEMM of the ``E / ep`` local experts runs
 at the efficiency of its per-expert shape (few tokens per expert under-fill the machine) times
 ``grouped_gemm_eff * t / (t + grouped_gemm_half_tokens)`` for ``t`` tokens per expert (the
-grouped kernel's per-expert overheads).  Dropless (the default), the busiest rank computes
-``moe_imbalance`` times its share; token drop padded to capacity ``c``
-(``Strategy.moe_capacity_factor``) gives every expert ``c`` times the balanced slots,
-padding included, and moves, permutes and quantizes them all
-(:func:`codesign.workload.moe_load`).
+grouped kernel's per-expert overheads).  The slots are the busiest expert rank's
+(:func:`codesign.workload.moe_load`): ``moe_imbalance`` times the balanced share dropless (the
+default), ``c`` times it on every rank with token drop padded to capacity ``c``
+(``Strategy.moe_capacity_factor``); the permutation and quantization copies move them all.
 
 Hybrid models (:func:`codesign.workload.fractions`): on the Mamba fraction of the layers the
 Mamba-2 projections (``in_proj`` column parallel, ``out_proj`` row parallel, both split ``tp``
@@ -287,16 +286,13 @@ def layer_times(
         fe_e = m.moe_ffn_hidden / etp
         fe = m.moe_ffn_hidden / st.tp
         local_experts = jnp.maximum(safe_div(m.moe_experts, st.ep, 1.0), 1.0)
-        load, busiest = workload.moe_load(st, eff.moe_imbalance)  # dropless or capacity
-        slots = tokens * m.moe_top_k * etp / st.tp * load
+        slots = tokens * m.moe_top_k * etp / st.tp * workload.moe_load(st, eff.moe_imbalance)
         per_expert = safe_div(slots, local_experts)
         grouped = eff.grouped_gemm_eff * safe_div(
             per_expert, per_expert + eff.grouped_gemm_half_tokens, 1.0
         )
         routed = safe_div(
-            local_experts
-            * (g(per_expert, (mats - 1.0) * fe_e, h) + g(per_expert, h, fe_e))
-            * busiest,
+            local_experts * (g(per_expert, (mats - 1.0) * fe_e, h) + g(per_expert, h, fe_e)),
             grouped,
         )
         shared = m.moe_shared_experts * (g(tokens, (mats - 1.0) * fe, h) + g(tokens, h, fe))

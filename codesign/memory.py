@@ -15,8 +15,8 @@ that it generalizes: attention ``2 + 2q/h + 4kv/h + 2 + dropout`` (input to QKV,
 input to the output projection, dropout mask), scores ``5 a s^2 b`` when the attention is
 not fused (softmax output 2, dropout mask 1, dropout output 2 per score), MLP
 ``2 + 2 (1 + gated) f/h + 2 f/h + dropout`` per token (input, the first GEMM's outputs,
-the activation output, dropout mask; MoE layers store ``top_k`` slots of expert width,
-``c top_k`` with token drop padded to capacity ``c``: :func:`codesign.workload.moe_load`),
+the activation output, dropout mask; MoE layers store ``top_k`` slots of expert width, times
+the busiest expert rank's load, :func:`codesign.workload.moe_load`),
 and two LayerNorm inputs ``4``.  With ``q = kv = h``, ``f = 4h``, no gate and dropout this
 gives ``11 + 19 + 4 = 34`` and ``5 a s / h``.  The parts that tensor parallelism does not
 split without sequence parallelism are the LayerNorm inputs (4), the inputs of the
@@ -113,7 +113,7 @@ two layouts, row-wise for the forward GEMM and column-wise (transposed) for the 
 
 
 def activation_bytes_per_token_layer(
-    model: Model, strategy: Strategy, precision: str = "bf16"
+    model: Model, strategy: Strategy, precision: str = "bf16", moe_imbalance=1.0
 ) -> dict:
     """Bytes stored per token per layer without recomputation, by TP behaviour and module.
 
@@ -146,7 +146,7 @@ def activation_bytes_per_token_layer(
         )
     dense_mlp = 2.0 * mats * m.ffn_hidden + 2.0 * m.ffn_hidden
     per_slot = 2.0 * mats * m.moe_ffn_hidden + 2.0 * m.moe_ffn_hidden
-    routed = m.moe_top_k * workload.moe_load(strategy)[0]  # token drop: padded to capacity
+    routed = m.moe_top_k * workload.moe_load(strategy, moe_imbalance)  # busiest rank
     slots = routed + m.moe_shared_experts
     moe_mlp = slots * per_slot + 2.0 * routed * h  # + dispatched copies of the tokens
     mlp_split = fr["dense"] * dense_mlp + moe_frac * moe_mlp
@@ -191,12 +191,14 @@ def activation_bytes_per_token_layer(
     }
 
 
-def layer_activation_bytes(model: Model, strategy: Strategy, precision: str = "bf16") -> dict:
+def layer_activation_bytes(
+    model: Model, strategy: Strategy, precision: str = "bf16", moe_imbalance=1.0
+) -> dict:
     """Per-layer activation bytes of one micro-batch on one rank: ``none`` (no recomputation),
     ``scores`` (its unfused ``s x s`` part), ``selective`` (the modules of
     ``strategy.recompute_modules`` recomputed) and ``full`` (the layer input only)."""
     st = strategy
-    per = activation_bytes_per_token_layer(model, st, precision)
+    per = activation_bytes_per_token_layer(model, st, precision, moe_imbalance)
     tokens = st.microbatch * model.seq_len / st.cp
     sp = st.sequence_parallel
     rep_div = sp * st.tp + (1.0 - sp)  # replicated part: split by tp only with SP

@@ -17,11 +17,11 @@ with the input-gradient GEMMs up to ``tp_overlap_eff``; context parallelism all-
 V forward and all-gathers K, V and reduce-scatters their gradients backward, hidden behind
 the pass's attention up to ``cp_overlap_eff`` (ring attention, Liu et al. 2023), and pays
 ``cp_step_overhead_us`` per ring step; each MoE layer all-to-alls its tokens' ``top_k`` slots
-(``c top_k`` padded to capacity ``c``) to the experts and back, forward and backward
-(Lepikhin et al. 2020).  Data parallelism all-reduces the gradients (ZeRO-0), reduce-scatters
-them and all-gathers the updated weights (ZeRO-1/2, Megatron's distributed optimizer), or
-does that for every micro-batch with two gathers (ZeRO-3/FSDP), at ``dp_comm_eff`` of the
-tiers' collective bandwidth.
+to the experts and back, forward and backward, as long as the busiest rank's share takes
+(:func:`codesign.workload.moe_load`; Lepikhin et al. 2020).  Data parallelism all-reduces the
+gradients (ZeRO-0), reduce-scatters them and all-gathers the updated weights (ZeRO-1/2,
+Megatron's distributed optimizer), or does that for every micro-batch with two gathers
+(ZeRO-3/FSDP), at ``dp_comm_eff`` of the tiers' collective bandwidth.
 With ``overlap_dp`` on, up to ``dp_overlap_eff`` of one micro-batch's forward and backward
 hides it (gradient buckets reduce during the last backward; the distributed optimizer's
 parameter all-gather overlaps the next forward; with ``overlap_param_gather`` off that
@@ -224,7 +224,7 @@ def evaluate_unchecked(
         )
         return fwd, bwd, r[1] * selective + r[2] * phi * eff.recompute_factor * fwd
 
-    act = memory.layer_activation_bytes(m, st, precision)
+    act = memory.layer_activation_bytes(m, st, precision, eff.moe_imbalance)
     lt = compute.layer_times(m, st, sy, eff, precision, act, sm, training.fp8_attention)
     layer_fwd, layer_bwd, layer_rec = layer_compute(lt)
     logit_fwd = lt["logits"] + lt["logits_elementwise"]
@@ -237,7 +237,7 @@ def evaluate_unchecked(
     # to add in a 16-bit run or with the switch first_last_layers_bf16 off).
     low = training.first_last_layers_bf16 and precision_family(precision) != "half"
     if low:
-        act16 = memory.layer_activation_bytes(m, st, "bf16")
+        act16 = memory.layer_activation_bytes(m, st, "bf16", eff.moe_imbalance)
         g16 = compute.gemm_max_16bit(eff)
         ratio = safe_div(
             compute.peak_flops(sy, precision) * eff.gemm_max,
@@ -296,14 +296,14 @@ def evaluate_unchecked(
     cp_steps = sm.relu(st.cp - 1.0, scale=1.0) * eff.cp_step_overhead_us * 1e-6
     t_cp = (1.0 + r[2] * phi) * cp_fwd + 2.0 * cp_bwd + (3.0 + r[2] * phi) * cp_steps
 
-    # Expert parallelism: all-to-all of the tokens' top_k slots (x capacity: moe_load) to the
+    # Expert parallelism: all-to-all of the tokens' top_k slots (busiest rank: moe_load) to the
     # experts and back, forward and backward (again when the MoE layer is recomputed); with
     # etp > 1 the expert tensor-parallel ranks all-gather their slots and reduce-scatter them.
     t_ep, has_moe = 0.0, workload.has_part(m, "moe")
     if has_moe:
         moe_frac = safe_div(m.moe_layers, m.layers)
         a2a_tokens = tokens / (st.sequence_parallel * st.tp + (1.0 - st.sequence_parallel))
-        a2a_bytes = 2.0 * a2a_tokens * m.moe_top_k * h * workload.moe_load(st)[0]
+        a2a_bytes = 2.0 * a2a_tokens * m.moe_top_k * h * workload.moe_load(st, eff.moe_imbalance)
         ep_passes = 4.0 + 2.0 * (r[2] * phi + r[1] * w[4])
         dedup = st.moe_hierarchical_dispatch * m.moe_top_k
         a2a = coll.all_to_all_time(a2a_bytes, groups["ep"], sy, sm, dedup_copies=dedup)

@@ -197,27 +197,25 @@ def fractions(m: Model) -> dict:
     }
 
 
-def moe_load(strategy, moe_imbalance=1.0) -> tuple:
-    """``(slots, busiest)``: the routed slots an expert rank holds, in units of the balanced
-    ``tokens x top_k`` slots, and the busiest rank's compute against its own share.
+def moe_load(strategy, moe_imbalance=1.0):
+    """Routed slots on the busiest expert rank, in units of the balanced ``tokens x top_k``.
 
-    Dropless (``Strategy.moe_capacity_factor`` 0, Megatron-Core's default): ``(1,
-    moe_imbalance)``, every routed slot is moved and stored once and the busiest rank
-    computes ``moe_imbalance`` times the mean.  Token drop padded to capacity ``c`` (Fedus
-    et al. 2021, arXiv:2101.03961, Sec. 2.2; Megatron-Core ``moe_expert_capacity_factor``
-    with ``moe_pad_expert_input_to_capacity``): ``(c, 1)``, every expert holds exactly
-    ``c`` times the balanced load, padding included, whatever the routing.
+    Dropless (``Strategy.moe_capacity_factor`` 0, Megatron-Core's default): ``moe_imbalance``;
+    that rank receives, permutes, computes and stores that many times its share, and the
+    all-to-all waits for it.  Token drop padded to capacity ``c`` (Fedus et al. 2021,
+    arXiv:2101.03961, Sec. 2.2; Megatron-Core ``moe_expert_capacity_factor`` with
+    ``moe_pad_expert_input_to_capacity``): ``c`` on every rank, padding included, whatever the
+    routing.
 
     Example:
         >>> from codesign.specs import Strategy
-        >>> [float(x) for x in moe_load(Strategy(tp=1, pp=1, dp=8), 1.2)]
-        [1.0, 1.2]
-        >>> [float(x) for x in moe_load(Strategy(tp=1, pp=1, dp=8, moe_capacity_factor=1.25), 1.2)]
-        [1.25, 1.0]
+        >>> float(moe_load(Strategy(tp=1, pp=1, dp=8), 1.2))
+        1.2
+        >>> float(moe_load(Strategy(tp=1, pp=1, dp=8, moe_capacity_factor=1.25), 1.2))
+        1.25
     """
     c = strategy.moe_capacity_factor
-    padded = c > 0
-    return jnp.where(padded, c, 1.0), jnp.where(padded, 1.0, moe_imbalance)
+    return jnp.where(c > 0, c, moe_imbalance)
 
 
 def mamba_dims(m: Model) -> tuple:

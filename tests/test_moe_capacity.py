@@ -84,9 +84,19 @@ def test_padded_experts_do_not_see_the_routing_imbalance():
 
 def test_moe_load_by_hand():
     st = make_strategy(tp=1, pp=1, dp=8)
-    assert [float(x) for x in workload.moe_load(st, 1.2)] == [1.0, 1.2]
+    assert float(workload.moe_load(st, 1.2)) == 1.2
     st = make_strategy(tp=1, pp=1, dp=8, moe_capacity_factor=1.25)
-    assert [float(x) for x in workload.moe_load(st, 1.2)] == [1.25, 1.0]
+    assert float(workload.moe_load(st, 1.2)) == 1.25
+
+
+def test_dropless_imbalance_is_the_busiest_rank_at_that_load():
+    """Dropless, the busiest expert rank receives, permutes, computes and stores
+    ``moe_imbalance`` times its balanced share, and the all-to-all waits for it: for time and
+    memory the same as every expert padded to a capacity of that factor."""
+    drop = report(mixtral(), moe_imbalance=1.3)
+    pad = report(mixtral(moe_capacity_factor=1.3), moe_imbalance=1.0)
+    for x, y in zip(leaves(drop), leaves(pad), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize("smoothing", [cd.EXACT, cd.Smoothing(exact=False, tau=0.05)])

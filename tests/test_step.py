@@ -582,14 +582,15 @@ def test_moe_expert_parallel_terms_by_hand():
     and 8 over IB (share 4/8).  The experts are split etp = tp = 2 ways (Megatron's default),
     so the 2 expert-TP ranks (adjacent, one NVLink hop) all-gather their dispatched slots
     (Megatron-Core's MoEAlltoAllTokenDispatcher) with each pass: a ring all-gather of
-    ``etp * S`` bytes, (r - 1) alpha + (r - 1)/r * size / beta with r = 2."""
+    ``etp * S`` bytes, (r - 1) alpha + (r - 1)/r * size / beta with r = 2.  Dropless, the
+    busiest rank's ``moe_imbalance`` times the balanced slots set the pace."""
     cfg = CONFIGS["mixtral-ep"]()
     r = report_of(cfg)
     (a0, b0), (a1, b1) = links(cfg)
     h, s, l, k, pp, tp = 4096.0, 4096.0, 32.0, 2.0, 2.0, 2.0
     n_mb = 256 / 16
     tokens = s / tp  # with SP each TP rank dispatches its 1/tp of the tokens
-    S = 2 * tokens * k * h
+    S = 2 * tokens * k * h * float(cfg.efficiency.moe_imbalance)  # the busiest rank's slots
     a2a = (a0 + 3 / 8 * S / b0) + (a1 + 4 / 8 * S / b1)
     etp_ag = a0 + 0.5 * (2 * S) / b0
     t_ep = l / pp * 4 * (a2a + etp_ag)
@@ -604,7 +605,7 @@ def test_moe_permute_copies_by_hand(ep):
     """Mixtral 8x7B (tp 2, pp 2, mb 1, SP): each copy of the routed slots that the dispatcher
     makes beside its communication reads and writes ``slots h`` 16-bit values on dispatch and
     again on combine, ``2 x 2 x 2 slots h / (HBM eff)`` seconds times moe_permute_factor, with
-    ``slots = s/tp x top-k x etp`` per rank; the backward pass runs the element-wise work twice.
+    ``slots = s/tp x top-k x etp`` per rank (x moe_imbalance: the busiest); the backward pass runs the element-wise work twice.
     Megatron-Core's alltoall dispatcher makes 2 copies (permute, then sort by local expert),
     the sort skipped at ep 8 = 8 experts (one per rank); DeepEP and HybridEP make 1."""
     cfg = CONFIGS["mixtral-ep"]()
@@ -612,7 +613,7 @@ def test_moe_permute_copies_by_hand(ep):
     n_mb = 256 / 16
     acc, eff = cfg.system.accelerator, cfg.efficiency
     hbm = float(acc.hbm_tbps) * 1e12 * float(eff.hbm_eff)
-    slots = s / tp * k * tp  # etp = tp
+    slots = s / tp * k * tp * float(cfg.efficiency.moe_imbalance)  # etp = tp; busiest rank
     one_copy = 2 * 2 * 2 * slots * h / hbm * float(eff.moe_permute_factor)
 
     def fwd_bwd(copies):
@@ -658,7 +659,7 @@ def test_flex_dispatcher_ratios_by_hand(d):
 
     acc, eff = cfg.system.accelerator, cfg.efficiency
     hbm = float(acc.hbm_tbps) * 1e12 * float(eff.hbm_eff)
-    slots = s / tp * k * tp  # etp = tp
+    slots = s / tp * k * tp * float(cfg.efficiency.moe_imbalance)  # etp = tp; busiest rank
     factor = float(eff.moe_permute_factor) * (1 - d + d * r_perm)
     per_copy = n_mb * layers / pp * 2 * 2 * 2 * slots * h / hbm * factor
     f0, c_off = run(0.0, 0.0)
