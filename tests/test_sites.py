@@ -388,8 +388,15 @@ def test_checked_sites_compile_only_the_parts_the_model_needs(model):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-12, atol=0)
 
 
-@pytest.mark.parametrize("model", ["llama3-8b", "mixtral-8x7b"])
-def test_balance_and_search_compile_only_the_parts_the_model_needs(model):
+@pytest.mark.parametrize(
+    "model, search",
+    [
+        ("llama3-8b", False),
+        pytest.param("llama3-8b", True, marks=pytest.mark.slow),
+        pytest.param("mixtral-8x7b", True, marks=pytest.mark.slow),
+    ],
+)
+def test_balance_and_search_compile_only_the_parts_the_model_needs(model, search):
     """``balance`` and ``best_strategies`` evaluate with ``Model.parts`` trimmed to what the
     job's model needs: their answers equal those of the same job listing every part (nothing
     to trim), and the job they return keeps its own ``parts``."""
@@ -407,7 +414,8 @@ def test_balance_and_search_compile_only_the_parts_the_model_needs(model):
     grid = sites.strategy_grid(
         tp=(4, 8), pp=(1, 2), microbatch=(1,), recompute=("none",), zero=(1,)
     )
-    for run in (sites.balance, lambda j: sites.best_strategies(j, grid)):
+    runs = (sites.balance, lambda j: sites.best_strategies(j, grid)) if search else (sites.balance,)
+    for run in runs:
         (ja, a), (jb, b) = run(job), run(every)
         assert ja.model.parts is None and jb.model.parts == workload.MODEL_PARTS
         assert a.keys() == b.keys()
