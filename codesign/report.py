@@ -151,10 +151,14 @@ def format_report(d: dict, cfg=None) -> str:
             f"recompute={rec} zero={int(st.zero.argmax())}"
         )
         if float(cfg.model.moe_experts) > 0:
+            import numpy as np
+
+            from codesign.rules import expert_tp
+
             c = float(st.moe_capacity_factor)
             disp = "flex (DeepEP/HybridEP)" if float(st.moe_hierarchical_dispatch) else "alltoall"
             lines.append(
-                f"moe etp={float(st.etp) or float(st.tp):g} dispatcher={disp} "
+                f"moe etp={float(expert_tp(st, np)):g} dispatcher={disp} "
                 + (f"capacity={c:g} (token drop, padded)" if c > 0 else "dropless")
                 + (" overlap_moe_comm=True" if float(st.overlap_moe_comm) else "")
             )

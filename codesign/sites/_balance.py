@@ -9,10 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from codesign.sites._evaluate import combine, site_table
-from codesign.sites._spec import Sites, _check, _replace, _total_work, _with_shares
+from codesign.sites._spec import Sites, _check, _total_work, _with_needed_parts, _with_shares
 from codesign.smoothing import EXACT
 from codesign.specs import SpecError
-from codesign.workload import with_parts
 
 MAX_SPLITS = 2_000_000
 """The most splits :func:`balance` compares (the product of the first ``S - 1`` sites'
@@ -88,7 +87,7 @@ def balance(job: Sites, max_splits: int = MAX_SPLITS) -> tuple[Sites, dict]:
     and ``fits`` (False when no split fits: the fastest is returned).
     """
     _check(job)
-    work = _replace(job, model=with_parts(job.model))  # compiles only the parts it needs
+    work = _with_needed_parts(job)  # compiled with only the model parts it needs
     n = len(job.sites)
     cands, idx = _compositions(job, max_splits)
     tables = []

@@ -12,11 +12,18 @@ from codesign.collectives import tier_bytes_per_s
 from codesign.compute import peak_flops
 from codesign.cost import CLUSTER_COST_KEYS, cluster_cost, to_train
 from codesign.goodput import checkpoint_size_bytes, fleet_failures, job_goodput
-from codesign.sites._spec import DP_OUTERMOST, Sites, SitesReport, _check, _replace
+from codesign.sites._spec import (
+    DP_OUTERMOST,
+    Sites,
+    SitesReport,
+    _check,
+    _replace,
+    _with_needed_parts,
+)
 from codesign.smoothing import EXACT, Smoothing, safe_div
 from codesign.specs import Model, System
 from codesign.step import Report, evaluate_unchecked, tokens_to_train
-from codesign.workload import model_flops_per_step, total_params, with_parts
+from codesign.workload import model_flops_per_step, total_params
 
 
 def _per_layer_kinds(model: Model, layers) -> Model:
@@ -248,7 +255,7 @@ def evaluate_sites(job: Sites, smoothing: Smoothing = EXACT, homogeneous: bool =
     with ``smoothing``).
     """
     _check(job)
-    job = _replace(job, model=with_parts(job.model))  # the parts its values need
+    job = _with_needed_parts(job)
     return _evaluate_jit(job, smoothing, homogeneous)
 
 

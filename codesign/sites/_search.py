@@ -12,9 +12,8 @@ import numpy as np
 from codesign.sites._balance import balance, even_shares
 from codesign.sites._config import check_sites
 from codesign.sites._evaluate import evaluate_sites_unchecked
-from codesign.sites._spec import Sites, _check, _replace, _with_shares
+from codesign.sites._spec import Sites, _check, _replace, _with_needed_parts, _with_shares
 from codesign.specs import SpecError
-from codesign.workload import with_parts
 
 MAX_COMBOS = 50_000
 
@@ -99,7 +98,8 @@ def best_strategies(
     padded = jobs + [jobs[-1]] * ((1 << (len(jobs) - 1).bit_length()) - len(jobs))
     batch = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *padded)
     # Compiled with only the model parts the job's values need; the returned job keeps its own.
-    r = _batched(_replace(batch, model=batch.model.replace(parts=with_parts(job.model).parts)))
+    parts = _with_needed_parts(job).model.parts
+    r = _batched(_replace(batch, model=batch.model.replace(parts=parts)))
     step = np.asarray(r.step_time_s)[: len(jobs)]
     fits = np.asarray(r.fits)[: len(jobs)]
     order = np.argsort(np.where(fits, step, np.inf))

@@ -94,6 +94,14 @@ def _replace(obj, **kw):
     return dataclasses.replace(obj, **kw)
 
 
+def _with_needed_parts(job: Sites) -> Sites:
+    """``job`` whose model lists only the parts its values need
+    (:func:`codesign.workload.with_parts`): what a checked entry point compiles."""
+    from codesign.workload import with_parts
+
+    return _replace(job, model=with_parts(job.model))
+
+
 def _check(job: Sites) -> None:
     """The checks of a concrete job that the site-by-site run checks do not cover."""
     if job.across not in ACROSS:
