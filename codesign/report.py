@@ -36,6 +36,14 @@ def report_to_dict(report, cfg=None) -> dict:
     }
     if cfg is not None:
         out["config"] = cfg.names
+        if float(cfg.model.moe_experts) > 0:
+            from codesign import workload
+
+            out["moe"] = {
+                "capacity_factor": _f(cfg.strategy.moe_capacity_factor),
+                "router_tokens": _f(workload.moe_router_tokens(cfg.model, cfg.strategy)),
+                "dropped_fraction": _f(workload.moe_dropped_fraction(cfg.model, cfg.strategy)),
+            }
         if float(cfg.system.reliability.enabled) > 0:
             out["goodput"] = {k: cost[k] for k in GOODPUT_KEYS}
         if float(cfg.training.tokens) > 0:
@@ -153,13 +161,21 @@ def format_report(d: dict, cfg=None) -> str:
         if float(cfg.model.moe_experts) > 0:
             import numpy as np
 
+            from codesign import workload
             from codesign.rules import expert_tp
 
             c = float(st.moe_capacity_factor)
             disp = "flex (DeepEP/HybridEP)" if float(st.moe_hierarchical_dispatch) else "alltoall"
             lines.append(
                 f"moe etp={float(expert_tp(st, np)):g} dispatcher={disp} "
-                + (f"capacity={c:g} (token drop, padded)" if c > 0 else "dropless")
+                + (
+                    f"capacity={c:g} (token drop, padded; "
+                    f"{100 * float(workload.moe_dropped_fraction(cfg.model, st)):.2f} % of routed "
+                    f"tokens dropped at uniform routing, "
+                    f"{float(workload.moe_router_tokens(cfg.model, st)):g} tokens per router)"
+                    if c > 0
+                    else "dropless"
+                )
                 + (" overlap_moe_comm=True" if float(st.overlap_moe_comm) else "")
             )
         h = float(st.outer_sync_interval)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import jax
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 import codesign as cd
 from codesign import workload
@@ -151,6 +154,124 @@ def test_evaluate_prints_the_moe_mode(tmp_path, capsys):
         path.write_text(body + extra)
         assert main(["evaluate", str(path)]) == 0
         line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("moe ")]
-        assert line == [
-            f"moe etp=2 dispatcher=alltoall {expect}" + (" (token drop, padded)" if extra else "")
-        ]
+        tail = (
+            " (token drop, padded; 0.00 % of routed tokens dropped at uniform routing, "
+            "2048 tokens per router)"
+        )
+        assert line == [f"moe etp=2 dispatcher=alltoall {expect}" + (tail if extra else "")]
+        assert main(["evaluate", str(path), "--json"]) == 0
+        moe = json.loads(capsys.readouterr().out)["moe"]
+        assert moe["router_tokens"] == 2048.0 and moe["capacity_factor"] == (1.25 if extra else 0)
+        assert moe["dropped_fraction"] == (pytest.approx(0.0, abs=1e-12) if extra else 0.0)
+
+
+def binomial_dropped_fraction(tokens: int, top_k: int, experts: int, c: float) -> float:
+    """``E[(X - C)+] / (T p)``, ``X ~ Binomial(T, k/E)``, ``C = ceil(c T k / E)``, summed term
+    by term from the binomial probabilities (log-gamma), independently of the model."""
+    p = top_k / experts
+    cap = math.ceil(tokens * top_k / experts * c)
+    total = 0.0
+    for x in range(cap + 1, tokens + 1):
+        log_pmf = (
+            math.lgamma(tokens + 1)
+            - math.lgamma(x + 1)
+            - math.lgamma(tokens - x + 1)
+            + x * math.log(p)
+            + (tokens - x) * math.log1p(-p)
+        )
+        total += (x - cap) * math.exp(log_pmf)
+    return total / (tokens * p)
+
+
+def moe_model(top_k, experts, seq_len):
+    return mixtral().model.replace(
+        moe_top_k=float(top_k), moe_experts=float(experts), seq_len=float(seq_len)
+    )
+
+
+@pytest.mark.parametrize(
+    ("top_k", "experts", "seq_len", "c", "tol_points"),
+    [
+        (2, 8, 4096, 1.0, 0.1),  # Mixtral: 2048 tokens per router (tp 2), 512 per expert
+        (8, 128, 8192, 1.0, 0.1),  # Qwen3-235B: 4096 tokens per router, 256 per expert
+        (8, 256, 8192, 1.0, 0.1),  # DeepSeek-V3: 128 per expert
+        (8, 128, 8192, 0.8, 0.1),  # under capacity: about 1 - c dropped
+        (8, 256, 1024, 1.0, 0.1),  # 32 per expert
+        (8, 256, 512, 1.0, 0.5),  # 8 per expert: the normal approximation's weakest here
+        (8, 128, 8192, 1.25, 0.1),  # 1.25: 0.00 %
+    ],
+)
+def test_dropped_fraction_against_the_binomial_sum(top_k, experts, seq_len, c, tol_points):
+    """Uniform routing (what ``moe_router_force_load_balancing`` runs): an expert's count of a
+    router's ``T`` tokens is ``Binomial(T, k/E)``; the model's normal approximation is within
+    the stated percentage points of the exact sum (Fedus et al. 2021, Sec. 2.2 capacity)."""
+    m = moe_model(top_k, experts, seq_len)
+    st = mixtral(moe_capacity_factor=c).strategy  # tp 2, sequence parallel: T = seq_len / 2
+    tokens = int(float(workload.moe_router_tokens(m, st)))
+    assert tokens == seq_len // 2
+    got = float(workload.moe_dropped_fraction(m, st))
+    want = binomial_dropped_fraction(tokens, top_k, experts, c)
+    assert abs(got - want) * 100 <= tol_points, (got, want)
+    if c < 1:  # at least what the capacity cannot take of the mean load
+        assert got >= 1 - math.ceil(c * tokens * top_k / experts) / (tokens * top_k / experts)
+
+
+def test_dropped_fraction_dropless_and_every_token_everywhere():
+    """Dropless drops nothing; with ``k = E`` every expert sees every token (no spread, no NaN):
+    capacity ``c < 1`` drops ``1 - ceil(c T)/T`` of them."""
+    cfg = mixtral(moe_capacity_factor=0.5)
+    assert float(workload.moe_dropped_fraction(cfg.model, mixtral().strategy)) == 0.0
+    m = moe_model(8, 8, 4096)
+    got = float(workload.moe_dropped_fraction(m, cfg.strategy))
+    assert got == pytest.approx(0.5, rel=1e-12)
+
+
+def test_dropped_fraction_router_tokens_follow_the_layout():
+    """Capacity is set on one router's tokens (``microbatch x seq / cp``, ``/ tp`` with sequence
+    parallelism), so a smaller shard drops more at the same factor."""
+    m = mixtral().model
+    drop = {
+        kw: float(
+            workload.moe_dropped_fraction(m, mixtral(moe_capacity_factor=1.0, **dict(kw)).strategy)
+        )
+        for kw in (
+            (("microbatch", 2),),
+            (),
+            (("sequence_parallel", False), ("tp", 2)),
+            (("cp", 2), ("dp", 8)),
+        )
+    }
+    vals = list(drop.values())
+    assert vals[0] < vals[1] and vals[2] < vals[1] and vals[3] > vals[1]
+    assert vals[2] == pytest.approx(vals[0], rel=1e-12)  # 4096 tokens per router both
+
+
+@given(c=hs.floats(0.3, 3.0), dc=hs.floats(0.01, 1.0))
+@settings(max_examples=30, deadline=None)
+def test_more_capacity_never_drops_more(c, dc):
+    m = mixtral().model
+    st = mixtral().strategy
+    a, b = (
+        float(workload.moe_dropped_fraction(m, st.replace(moe_capacity_factor=x)))
+        for x in (c, c + dc)
+    )
+    assert 0.0 <= b <= a <= 1.0
+
+
+@pytest.mark.parametrize("smoothing", [cd.EXACT, cd.Smoothing(exact=False, tau=0.05)])
+def test_dropped_fraction_gradient(smoothing):
+    """Finite, exact and relaxed.  Relaxed (straight-through ceil: the value is the exact one),
+    negative in the capacity factor and in the micro-batch (more tokens per router spread
+    less); the exact model's capacity is a whole count, flat in ``c`` between its steps."""
+    cfg = mixtral(moe_capacity_factor=1.0)
+
+    def drop(c, mb):
+        st = cfg.strategy.replace(moe_capacity_factor=c, microbatch=mb)
+        return workload.moe_dropped_fraction(cfg.model, st, smoothing)
+
+    gc, gm = (float(g) for g in jax.grad(drop, argnums=(0, 1))(1.0, 1.0))
+    assert math.isfinite(gc) and math.isfinite(gm)
+    assert gc == 0.0 if smoothing.exact else (gc < 0 and gm < 0)
+    assert float(drop(1.0, 1.0)) == pytest.approx(
+        float(workload.moe_dropped_fraction(cfg.model, cfg.strategy)), rel=1e-12
+    )
