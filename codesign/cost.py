@@ -25,10 +25,10 @@ import jax.numpy as jnp
 
 from codesign.goodput import goodput
 from codesign.pricing import accelerator_power_w, accelerator_price_usd, tier_price_factor
-from codesign.smoothing import safe_div
-from codesign.specs import System
+from codesign.smoothing import EXACT, Smoothing, safe_div
+from codesign.specs import Strategy, System, Training
 
-__all__ = ["CLUSTER_COST_KEYS", "cluster_cost", "to_train"]
+__all__ = ["CLUSTER_COST_KEYS", "cluster_cost", "to_train", "tokens_to_train"]
 
 HOURS_PER_YEAR = 8760.0
 CLUSTER_COST_KEYS = (
@@ -126,3 +126,10 @@ def to_train(
         "cost_to_train_usd": steps * usd_per_step,
         "energy_to_train_mwh": steps * energy_kwh_per_step / 1e3,
     }
+
+
+def tokens_to_train(training: Training, strategy: Strategy, sm: Smoothing = EXACT):
+    """Tokens the run needs: ``training.tokens``, times ``outer_tokens_factor`` with
+    reduced-frequency synchronization (DiLoCo, ``outer_sync_interval > 1``)."""
+    diloco = sm.step(strategy.outer_sync_interval - 1.0)
+    return training.tokens * (1.0 + diloco * (training.outer_tokens_factor - 1.0))

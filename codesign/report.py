@@ -42,7 +42,7 @@ def report_to_dict(report, cfg=None) -> dict:
             out["moe"] = {
                 "capacity_factor": _f(cfg.strategy.moe_capacity_factor),
                 "router_tokens": _f(workload.moe_router_tokens(cfg.model, cfg.strategy)),
-                "dropped_fraction": _f(workload.moe_dropped_fraction(cfg.model, cfg.strategy)),
+                "dropped_fraction": _f(report.moe_dropped_fraction),
             }
         if float(cfg.system.reliability.enabled) > 0:
             out["goodput"] = {k: cost[k] for k in GOODPUT_KEYS}
@@ -165,14 +165,17 @@ def format_report(d: dict, cfg=None) -> str:
             from codesign.rules import expert_tp
 
             c = float(st.moe_capacity_factor)
+            moe = d.get("moe") or {
+                "router_tokens": float(workload.moe_router_tokens(cfg.model, st)),
+                "dropped_fraction": float(workload.moe_dropped_fraction(cfg.model, st)),
+            }
             disp = "flex (DeepEP/HybridEP)" if float(st.moe_hierarchical_dispatch) else "alltoall"
             lines.append(
                 f"moe etp={float(expert_tp(st, np)):g} dispatcher={disp} "
                 + (
-                    f"capacity={c:g} (token drop, padded; "
-                    f"{100 * float(workload.moe_dropped_fraction(cfg.model, st)):.2f} % of routed "
-                    f"tokens dropped at uniform routing, "
-                    f"{float(workload.moe_router_tokens(cfg.model, st)):g} tokens per router)"
+                    f"capacity={c:g} (token drop, padded; {100 * moe['dropped_fraction']:.2f} % "
+                    f"of routed tokens dropped at uniform routing, "
+                    f"{moe['router_tokens']:g} tokens per router)"
                     if c > 0
                     else "dropless"
                 )

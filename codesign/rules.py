@@ -483,10 +483,13 @@ CONSTRAINTS = (
     "time_to_train_max_days",
     "num_accelerators_max",
     "mfu_min",
+    "moe_dropped_fraction_max",
 )
 """The constraints a design may be held to, in the order of the ``caps`` vectors below
 (memory fit is always required).  ``mfu_min`` is a lower bound; it is held as the cap
-``1 / mfu_min`` on ``1 / MFU`` so that every constraint reads ``quantity <= cap``."""
+``1 / mfu_min`` on ``1 / MFU`` so that every constraint reads ``quantity <= cap``.
+``moe_dropped_fraction_max`` caps the share of routed tokens that MoE token drop discards
+(:attr:`codesign.step.Report.moe_dropped_fraction`; dropless and dense models: 0)."""
 
 
 _QUANTITIES = {
@@ -496,6 +499,7 @@ _QUANTITIES = {
     "time_to_train_max_days": lambda r, sy: r.cost["time_to_train_days"],
     "num_accelerators_max": lambda r, sy: sy.num_accelerators + 0.0 * r.cost["capex_usd"],
     "mfu_min": lambda r, sy: 1.0 / jnp.maximum(r.mfu, 1e-30),
+    "moe_dropped_fraction_max": lambda r, sy: jnp.maximum(r.moe_dropped_fraction, 1e-30),
 }
 
 

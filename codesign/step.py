@@ -51,7 +51,7 @@ from flax import struct
 from codesign import collectives as coll
 from codesign import compute, memory, pipeline, workload
 from codesign._dispatch import packed_jit
-from codesign.cost import cluster_cost
+from codesign.cost import cluster_cost, tokens_to_train
 from codesign.goodput import checkpoint_size_bytes
 from codesign.memory import stage_params
 from codesign.rules import check_all, data_parallel_groups, expert_tp, sharded, zero_fractions
@@ -119,6 +119,9 @@ class Report:
     stage_layers: dict
     """Layers on the ``first``, a ``middle`` and the ``last`` stage (a middle one has 0 when
     p < 3), the multi-token-prediction modules' layers counted on the last."""
+    moe_dropped_fraction: Any
+    """Share of the routed tokens that token drop discards at uniform routing (0 dropless;
+    :func:`codesign.workload.moe_dropped_fraction`)."""
 
 
 def _strides(strategy: Strategy, sm: Smoothing, degrees: dict) -> dict:
@@ -499,6 +502,7 @@ def evaluate_unchecked(
     totals = workload.total_params(m)
     ckpt_bytes = checkpoint_size_bytes(totals["total"], training.optimizer_state_bytes)
     cost = cluster_cost(sy, step_time, tokens_step, tokens_total, ckpt_bytes, st.tp * st.pp * st.cp)
+    dropped = workload.moe_dropped_fraction(m, st, sm) if workload.has_part(m, "moe") else 0.0
     return Report(
         step_time_s=step_time,
         breakdown_s=breakdown,
@@ -525,14 +529,8 @@ def evaluate_unchecked(
         time_stage=sum(i * wi for i, wi in enumerate(tw)),
         memory_stage=sum(i * wi for i, wi in enumerate(mw)),
         stage_layers={k: n + 0.0 * step_time for k, n in zip(pipeline.STAGES, n_all, strict=True)},
+        moe_dropped_fraction=dropped + 0.0 * step_time,
     )
-
-
-def tokens_to_train(training: Training, strategy: Strategy, sm: Smoothing = EXACT):
-    """Tokens the run needs: ``training.tokens``, times ``outer_tokens_factor`` with
-    reduced-frequency synchronization (DiLoCo, ``outer_sync_interval > 1``)."""
-    diloco = sm.step(strategy.outer_sync_interval - 1.0)
-    return training.tokens * (1.0 + diloco * (training.outer_tokens_factor - 1.0))
 
 
 _evaluate_jit = packed_jit(evaluate_unchecked)  # one host-to-device transfer per call

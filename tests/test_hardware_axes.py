@@ -80,6 +80,7 @@ def _quantities(r) -> dict:
         "network_capex_max_usd": float(r.cost["network_capex_usd"]),
         "time_to_train_max_days": float(r.cost["time_to_train_days"]),
         "mfu_min": float(r.mfu),
+        "moe_dropped_fraction_max": float(r.moe_dropped_fraction),
     }
 
 
@@ -287,6 +288,7 @@ def test_gradients_finite_with_hardware_axes(relax_problem):
         time_to_train_max_days=0.5,
         num_accelerators_max=32,
         mfu_min=0.6,
+        moe_dropped_fraction_max=0.01,  # a dense model: 0 dropped, never active
     )
     space, box, base = relax.space_of(pb), relax.box_of(pb), relax.base_of(pb)
     assert space == relax_problem[1]  # caps are data: no new program
@@ -656,6 +658,10 @@ _BAD = {
     "mfu_min = 1": ({"constraints": {"mfu_min": 1.0}}, "constraints.mfu_min"),
     "mfu_min above 1": ({"constraints": {"mfu_min": 1.5}}, "constraints.mfu_min"),
     "mfu_min negative": ({"constraints": {"mfu_min": -0.1}}, "constraints.mfu_min"),
+    "dropped fraction zero": (
+        {"constraints": {"moe_dropped_fraction_max": 0}},
+        "constraints.moe_dropped_fraction_max",
+    ),
     "deadline not a number": (
         {"constraints": {"time_to_train_max_days": "10"}},
         "constraints.time_to_train_max_days",

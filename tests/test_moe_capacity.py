@@ -38,7 +38,9 @@ def report(cfg, *, top_k=None, smoothing=cd.EXACT, **eff) -> cd.Report:
 
 
 def leaves(r: cd.Report) -> list:
-    return [np.asarray(x) for x in jax.tree_util.tree_leaves(r)]
+    """Every figure of the step (time, memory, cost, ...); what token drop costs in quality,
+    ``moe_dropped_fraction``, is tested on its own below."""
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(r.replace(moe_dropped_fraction=0.0))]
 
 
 def test_capacity_one_on_balanced_routing_is_dropless():
@@ -50,6 +52,7 @@ def test_capacity_one_on_balanced_routing_is_dropless():
     )
     for x, y in zip(leaves(a), leaves(b), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-12, atol=0)
+    assert float(a.moe_dropped_fraction) == 0.0 < float(b.moe_dropped_fraction)
 
 
 @pytest.mark.parametrize("c", [2.0, 1.5])
@@ -275,3 +278,35 @@ def test_dropped_fraction_gradient(smoothing):
     assert float(drop(1.0, 1.0)) == pytest.approx(
         float(workload.moe_dropped_fraction(cfg.model, cfg.strategy)), rel=1e-12
     )
+
+
+def test_sweep_holds_the_dropped_share_to_its_cap():
+    """``moe_dropped_fraction_max`` (a constraint like the others): over capacity factors and
+    micro-batches the fastest point drops 1.5 % of the tokens; capped at 1 % the sweep takes
+    a layout that drops at most that, and pays for it in step time."""
+    from codesign.search import sweep
+
+    cfg = mixtral(moe_capacity_factor=1.0, sequence_parallel=True)
+    eff = cfg.efficiency.replace(moe_imbalance=1.2)
+    cfg = dataclasses.replace(cfg, efficiency=eff)
+    axes = {"strategy.moe_capacity_factor": [1.0, 1.1, 1.25], "strategy.microbatch": [1, 2]}
+    free = sweep(cfg, axes, top_k=6, progress=False)
+    capped = sweep(
+        cfg, axes, top_k=6, progress=False, constraints={"moe_dropped_fraction_max": 0.01}
+    )
+    drop = {}
+    for res in (free, capped):
+        for i in range(len(res.best_values)):
+            if math.isfinite(float(res.best_values[i])):
+                p = res.point(i)
+                st = cfg.strategy.replace(
+                    moe_capacity_factor=p["strategy.moe_capacity_factor"],
+                    microbatch=p["strategy.microbatch"],
+                )
+                drop[(res is capped, i)] = float(workload.moe_dropped_fraction(cfg.model, st))
+    assert drop[(False, 0)] > 0.01  # the unconstrained best drops more than the cap
+    kept = [v for (is_capped, _), v in drop.items() if is_capped]
+    assert kept and max(kept) <= 0.01
+    assert len(kept) < len([k for k in drop if not k[0]])
+    assert float(capped.best_values[0]) > float(free.best_values[0])
+

@@ -37,6 +37,7 @@ _CONSTRAINT_TEXT = {
     "time_to_train_max_days": lambda v: f"time to train <= {v:g} days",
     "num_accelerators_max": lambda v: f"accelerators <= {v:g}",
     "mfu_min": lambda v: f"MFU >= {v:g}",
+    "moe_dropped_fraction_max": lambda v: f"MoE tokens dropped <= {100 * v:g} %",
 }
 
 

@@ -69,6 +69,7 @@ def _why_infeasible(pb: Problem, counts: dict | None, points: int) -> str:
         "time_to_train_max_days": ("within_deadline", "meet the deadline"),
         "num_accelerators_max": ("within_count", "within the accelerator cap"),
         "mfu_min": ("above_mfu", "reach the minimum MFU"),
+        "moe_dropped_fraction_max": ("within_dropped", "drop at most the allowed MoE tokens"),
     }
     for k, v in pb.constraints.items():
         if (k == "mfu_min" and v > 0) or (k != "mfu_min" and math.isfinite(v)):

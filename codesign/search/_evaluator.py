@@ -54,6 +54,7 @@ CHECKS = (
     "within_deadline",
     "within_count",
     "above_mfu",
+    "within_dropped",
 )
 """What :func:`exact_point` reports of each point, in this order (after ``feasible``, among
 valid points; one per constraint of :data:`codesign.rules.CONSTRAINTS`): what the sweep

@@ -85,6 +85,7 @@ class Problem:
     time_to_train_max_days: float = math.inf
     num_accelerators_max: float = math.inf
     mfu_min: float = 0.0
+    moe_dropped_fraction_max: float = math.inf
     platforms: tuple = ()
     """Catalog accelerator names to choose from (more than one: a ``system.platform`` axis)."""
     placements: tuple = ()

@@ -15,6 +15,7 @@ whole strategy) plus::
     time_to_train_max_days = 90   # a deadline (needs training.tokens)
     num_accelerators_max = 8192
     mfu_min = 0.35
+    moe_dropped_fraction_max = 0.01   # MoE token drop: share of routed tokens dropped
 
     [search]                      # the discrete values; one value fixes a dimension
     mode = "codesign"             # codesign (default) | strategy | hardware
@@ -226,6 +227,9 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
         if k == "mfu_min":
             if not 0.0 <= v < 1.0:
                 raise SpecError("constraints.mfu_min", v, "a fraction in [0, 1)")
+        elif k == "moe_dropped_fraction_max":
+            if not 0.0 < v:
+                raise SpecError(f"constraints.{k}", v, "a positive fraction (1: no cap)")
         elif not v > 0:
             raise SpecError(f"constraints.{k}", v, "a positive number")
         cvals[k] = v

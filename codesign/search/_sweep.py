@@ -223,7 +223,7 @@ def sweep(
         capex_max_usd, power_max_kw: constraints; points above them are infeasible.
         constraints: more caps by name (:data:`codesign.rules.CONSTRAINTS`: also
             ``network_capex_max_usd``, ``time_to_train_max_days``, ``num_accelerators_max``,
-            ``mfu_min``).
+            ``mfu_min``, ``moe_dropped_fraction_max``).
         devices: JAX devices to shard over (default: all).
         diagnose: also count, among valid points, those that fit in memory and those within
             each cap (``counts``; a little slower, so only asked for when a

@@ -49,6 +49,7 @@ _UNITS = {
     "time_to_train_max_days": "days",
     "num_accelerators_max": "accelerators",
     "mfu_min": "1/MFU",
+    "moe_dropped_fraction_max": "fraction of routed tokens",
     "memory": "GB per accelerator",
 }
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from codesign import pipeline
 from codesign.collectives import tier_bytes_per_s
 from codesign.compute import peak_flops
-from codesign.cost import CLUSTER_COST_KEYS, cluster_cost, to_train
+from codesign.cost import CLUSTER_COST_KEYS, cluster_cost, to_train, tokens_to_train
 from codesign.goodput import checkpoint_size_bytes, fleet_failures, job_goodput
 from codesign.sites._spec import (
     DP_OUTERMOST,
@@ -22,7 +22,7 @@ from codesign.sites._spec import (
 )
 from codesign.smoothing import EXACT, Smoothing, safe_div
 from codesign.specs import Model, System
-from codesign.step import Report, evaluate_unchecked, tokens_to_train
+from codesign.step import Report, evaluate_unchecked
 from codesign.workload import model_flops_per_step, total_params
 
 
