@@ -309,4 +309,3 @@ def test_sweep_holds_the_dropped_share_to_its_cap():
     assert kept and max(kept) <= 0.01
     assert len(kept) < len([k for k in drop if not k[0]])
     assert float(capped.best_values[0]) > float(free.best_values[0])
-
