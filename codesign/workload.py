@@ -37,7 +37,7 @@ from jax.scipy.special import ndtr
 from jax.scipy.stats import norm
 
 from codesign.checks import nonzero_part_fields
-from codesign.smoothing import EXACT, safe_div
+from codesign.smoothing import EXACT, Smoothing, safe_div
 from codesign.specs import MODEL_PARTS, PART_FIELDS, Model
 
 __all__ = [
@@ -232,7 +232,7 @@ def moe_router_tokens(m: Model, strategy):
     return tokens / jnp.where(st.sequence_parallel > 0, st.tp, 1.0)
 
 
-def moe_dropped_fraction(m: Model, strategy, sm=None):
+def moe_dropped_fraction(m: Model, strategy, sm: Smoothing = EXACT):
     """Expected fraction of routed token slots that token drop discards, at uniform routing.
 
     Megatron-Core (``moe_expert_capacity_factor`` ``c``; Fedus et al. 2021, arXiv:2101.03961,
@@ -243,9 +243,10 @@ def moe_dropped_fraction(m: Model, strategy, sm=None):
     ``X ~ Binomial(T, p = k/E)`` and the dropped fraction is ``E[(X - C)+] / (T p)``, here
     by the normal approximation ``sigma (phi(z) - z Q(z))`` with ``z = (C - T p) / sigma``,
     ``sigma^2 = T p (1 - p)`` (within 0.1 percentage point of the binomial sum from 32 expected
-    tokens per expert up, 0.5 from 8; tested).  A trained router's own skew drops more; dropless (``c = 0``): 0.  It is a
-    quality cost the step time does not see: padded to capacity every expert computes ``C``
-    slots (:func:`moe_load`).  ``sm`` smooths the ceil (relaxed mode).
+    tokens per expert up, 0.5 from 8; tested).  A trained router's own skew drops more;
+    dropless (``c = 0``): 0.  It is a quality cost the step time does not see: padded to
+    capacity every expert computes ``C`` slots (:func:`moe_load`).  ``sm`` smooths the ceil
+    (relaxed mode: straight-through, the exact value with a gradient in ``c``).
 
     Example (Qwen3-235B-A22B: 128 experts, top 8; 4096 tokens per router, capacity 1):
         >>> from codesign.specs import Model, Strategy
@@ -258,7 +259,6 @@ def moe_dropped_fraction(m: Model, strategy, sm=None):
         >>> float(moe_dropped_fraction(qwen, Strategy(tp=1, pp=1, dp=8, ep=8)))
         0.0
     """
-    sm = EXACT if sm is None else sm
     c = strategy.moe_capacity_factor
     tokens = moe_router_tokens(m, strategy)
     p = safe_div(m.moe_top_k, m.moe_experts)
