@@ -286,7 +286,7 @@ def layer_times(
         fe_e = m.moe_ffn_hidden / etp
         fe = m.moe_ffn_hidden / st.tp
         local_experts = jnp.maximum(safe_div(m.moe_experts, st.ep, 1.0), 1.0)
-        slots = tokens * m.moe_top_k * etp / st.tp * workload.moe_load(st, eff.moe_imbalance)
+        slots = tokens * m.moe_top_k * etp / st.tp * workload.moe_load(m, st, eff.moe_imbalance)
         per_expert = safe_div(slots, local_experts)
         grouped = eff.grouped_gemm_eff * safe_div(
             per_expert, per_expert + eff.grouped_gemm_half_tokens, 1.0

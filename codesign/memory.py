@@ -146,7 +146,7 @@ def activation_bytes_per_token_layer(
         )
     dense_mlp = 2.0 * mats * m.ffn_hidden + 2.0 * m.ffn_hidden
     per_slot = 2.0 * mats * m.moe_ffn_hidden + 2.0 * m.moe_ffn_hidden
-    routed = m.moe_top_k * workload.moe_load(strategy, moe_imbalance)  # busiest rank
+    routed = m.moe_top_k * workload.moe_load(m, strategy, moe_imbalance)  # busiest rank
     slots = routed + m.moe_shared_experts
     moe_mlp = slots * per_slot + 2.0 * routed * h  # + dispatched copies of the tokens
     mlp_split = fr["dense"] * dense_mlp + moe_frac * moe_mlp

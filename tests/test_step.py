@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import statistics
 
 import jax
 import jax.numpy as jnp
@@ -575,6 +576,15 @@ def test_pipeline_p2p_is_hidden_only_under_the_interleaved_schedule():
         assert math.isclose(p2p(1.0, o), 2 * p2p_one * ((pp - 1) + n_mb), rel_tol=1e-12)
 
 
+def busiest_rank_load(ep, tokens, etp=2.0, experts=8.0, top_k=2.0, imbalance=1.0):
+    """The busiest of ``ep`` expert ranks' slots over their mean at uniform random routing,
+    by hand: ``1 + Phi^-1((ep - 3/8)/(ep + 1/4)) sqrt((1 - 1/ep)(E - k)/((E - 1) etp T k))``
+    (hypergeometric counts; Blom's expected maximum of ``ep`` normals), times the skew."""
+    z = statistics.NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25))
+    var = (1 - 1 / ep) * (experts - top_k) / ((experts - 1) * etp * tokens * top_k)
+    return imbalance * (1 + z * math.sqrt(var))
+
+
 def test_moe_expert_parallel_terms_by_hand():
     """Mixtral 8x7B, 64 H100, tp 2 pp 2 dp 16 ep 8, SP, selective (no CP): the all-to-all of
     each MoE layer's top-2 slots (Lepikhin et al. 2020), 2 forward + 2 backward per layer;
@@ -583,14 +593,16 @@ def test_moe_expert_parallel_terms_by_hand():
     so the 2 expert-TP ranks (adjacent, one NVLink hop) all-gather their dispatched slots
     (Megatron-Core's MoEAlltoAllTokenDispatcher) with each pass: a ring all-gather of
     ``etp * S`` bytes, (r - 1) alpha + (r - 1)/r * size / beta with r = 2.  Dropless, the
-    busiest rank's ``moe_imbalance`` times the balanced slots set the pace."""
+    busiest rank's slots set the pace: ``moe_imbalance`` times the balanced ones, times the
+    excess of the busiest of 8 ranks at uniform random routing (:func:`busiest_rank_load`)."""
     cfg = CONFIGS["mixtral-ep"]()
     r = report_of(cfg)
     (a0, b0), (a1, b1) = links(cfg)
     h, s, l, k, pp, tp = 4096.0, 4096.0, 32.0, 2.0, 2.0, 2.0
     n_mb = 256 / 16
     tokens = s / tp  # with SP each TP rank dispatches its 1/tp of the tokens
-    S = 2 * tokens * k * h * float(cfg.efficiency.moe_imbalance)  # the busiest rank's slots
+    load = busiest_rank_load(8.0, tokens, imbalance=float(cfg.efficiency.moe_imbalance))
+    S = 2 * tokens * k * h * load  # the busiest rank's slots
     a2a = (a0 + 3 / 8 * S / b0) + (a1 + 4 / 8 * S / b1)
     etp_ag = a0 + 0.5 * (2 * S) / b0
     t_ep = l / pp * 4 * (a2a + etp_ag)
@@ -605,7 +617,8 @@ def test_moe_permute_copies_by_hand(ep):
     """Mixtral 8x7B (tp 2, pp 2, mb 1, SP): each copy of the routed slots that the dispatcher
     makes beside its communication reads and writes ``slots h`` 16-bit values on dispatch and
     again on combine, ``2 x 2 x 2 slots h / (HBM eff)`` seconds times moe_permute_factor, with
-    ``slots = s/tp x top-k x etp`` per rank (x moe_imbalance: the busiest); the backward pass runs the element-wise work twice.
+    ``slots = s/tp x top-k x etp`` per rank (times the busiest rank's load,
+    :func:`busiest_rank_load`); the backward pass runs the element-wise work twice.
     Megatron-Core's alltoall dispatcher makes 2 copies (permute, then sort by local expert),
     the sort skipped at ep 8 = 8 experts (one per rank); DeepEP and HybridEP make 1."""
     cfg = CONFIGS["mixtral-ep"]()
@@ -613,7 +626,8 @@ def test_moe_permute_copies_by_hand(ep):
     n_mb = 256 / 16
     acc, eff = cfg.system.accelerator, cfg.efficiency
     hbm = float(acc.hbm_tbps) * 1e12 * float(eff.hbm_eff)
-    slots = s / tp * k * tp * float(cfg.efficiency.moe_imbalance)  # etp = tp; busiest rank
+    load = busiest_rank_load(ep, s / tp, imbalance=float(eff.moe_imbalance))
+    slots = s / tp * k * tp * load  # etp = tp; the busiest rank
     one_copy = 2 * 2 * 2 * slots * h / hbm * float(eff.moe_permute_factor)
 
     def fwd_bwd(copies):
@@ -659,7 +673,8 @@ def test_flex_dispatcher_ratios_by_hand(d):
 
     acc, eff = cfg.system.accelerator, cfg.efficiency
     hbm = float(acc.hbm_tbps) * 1e12 * float(eff.hbm_eff)
-    slots = s / tp * k * tp * float(cfg.efficiency.moe_imbalance)  # etp = tp; busiest rank
+    load = busiest_rank_load(4.0, s / tp, imbalance=float(eff.moe_imbalance))
+    slots = s / tp * k * tp * load  # etp = tp; the busiest rank
     factor = float(eff.moe_permute_factor) * (1 - d + d * r_perm)
     per_copy = n_mb * layers / pp * 2 * 2 * 2 * slots * h / hbm * factor
     f0, c_off = run(0.0, 0.0)
