@@ -39,7 +39,8 @@ class Efficiency:
       efficiently than the forward kernels.
     * MoE layers move their dispatched tokens through HBM (permute and un-permute, forward
       and backward); dropless, the busiest expert rank holds ``moe_imbalance`` (>= 1) times
-      the balanced routed slots (routing is never perfectly balanced) and sets the pace;
+      the balanced routed slots, times its excess at uniform random routing
+      (:func:`codesign.workload.moe_sampling_excess`), and sets the pace;
       token drop pads every expert to its capacity instead (Fedus et al. 2021's capacity
       factor, ``Strategy.moe_capacity_factor``; :func:`codesign.workload.moe_load`).
     * A full recomputation re-runs each layer's forward pass in ``recompute_factor`` times its
@@ -128,13 +129,16 @@ class Efficiency:
     """Backward time of GEMMs and attention over their forward time.  Source: 2 by FLOP
     count (Narayanan et al. 2021, Sec. 3.5); calibrated."""
     moe_imbalance: float = 1.0
-    """Routed slots of the busiest expert rank over the balanced share (>= 1) in dropless MoE
-    (``Strategy.moe_capacity_factor`` 0; padded to capacity the shapes are static and it does
-    not apply): that rank's expert GEMMs, all-to-all, permutation copies and stored activations
-    (:func:`codesign.workload.moe_load`).  1: perfect balance.  Not calibrated: the Megatron-Bridge benchmark runs force
-    balanced routing, and fitted on them it read the token-drop and dropless recipes' other
-    differences as imbalance (1.10, with higher held-out errors; ``experiments/results/
-    validation.md``, ablation).  Set it from the routing statistics of the run to model."""
+    """The router's skew: routed slots of the busiest expert rank over the balanced share (>= 1)
+    in dropless MoE (``Strategy.moe_capacity_factor`` 0; padded to capacity the shapes are
+    static and it does not apply), on top of the sampling excess of uniform random routing
+    that the model always adds (:func:`codesign.workload.moe_sampling_excess`): that rank's
+    expert GEMMs, all-to-all, permutation copies and stored activations
+    (:func:`codesign.workload.moe_load`).  1: a router as balanced as uniform random routing.
+    Not calibrated: the Megatron-Bridge benchmark runs force balanced routing, and fitted on
+    them it read the token-drop and dropless recipes' other differences as imbalance (1.10,
+    with higher held-out errors; ``experiments/results/validation.md``, ablation).  Set it
+    from the routing statistics of the run to model."""
     recompute_factor: float = 1.0
     """Time of a full recomputation over the forward pass.  Source: 1, one extra forward
     (Korthikanti et al. 2022, Sec. 5); calibrated per software stack."""

@@ -361,7 +361,7 @@ def one_at_a_time(
         >>> cfg = cd.load_run("experiments/configs/gpt3-175b-a100.toml")
         >>> c = one_at_a_time(cfg, "tiers[1].bandwidth_gbps", num=33, span=8.0)
         >>> [(k.reason, round(k.value)) for k in c.kinks]
-        [('exposed DP communication ends', 106)]
+        [('exposed DP communication ends', 105)]
     """
     if objective not in OBJECTIVES:
         raise SpecError("objective", objective, f"one of {list(OBJECTIVES)}")
