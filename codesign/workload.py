@@ -37,6 +37,7 @@ from jax.scipy.special import ndtr, ndtri
 from jax.scipy.stats import norm
 
 from codesign.checks import nonzero_part_fields
+from codesign.rules import expert_tp
 from codesign.smoothing import EXACT, Smoothing, safe_div
 from codesign.specs import MODEL_PARTS, PART_FIELDS, Model
 
@@ -244,8 +245,6 @@ def moe_sampling_excess(m: Model, strategy):
     Blom's approximation ``Phi^-1((ep - 0.375) / (ep + 0.25))`` (Blom 1958; within 5 % of a
     simulation of the routing, tested).  0 with one rank or ``k = E``.
     """
-    from codesign.rules import expert_tp
-
     st = strategy
     t = moe_router_tokens(m, st) * expert_tp(st)
     e, k = m.moe_experts, m.moe_top_k
