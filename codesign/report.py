@@ -137,7 +137,8 @@ def _untested_lines(h: dict, pad: str) -> list[str]:
 
 
 def format_report(d: dict, cfg=None) -> str:
-    """A readable breakdown of :func:`report_to_dict`'s output.
+    """A readable breakdown of :func:`report_to_dict`'s output (with ``cfg``, of
+    ``report_to_dict(report, cfg)`` for the same ``cfg``).
 
     With ``cfg``, capex and power say "hosts not counted" when the system sets no host capex
     or power per accelerator (both default to 0: accelerators and network only).
@@ -161,14 +162,10 @@ def format_report(d: dict, cfg=None) -> str:
         if float(cfg.model.moe_experts) > 0:
             import numpy as np
 
-            from codesign import workload
             from codesign.rules import expert_tp
 
             c = float(st.moe_capacity_factor)
-            moe = d.get("moe") or {
-                "router_tokens": float(workload.moe_router_tokens(cfg.model, st)),
-                "dropped_fraction": float(workload.moe_dropped_fraction(cfg.model, st)),
-            }
+            moe = d["moe"]  # report_to_dict(report, cfg) of the same cfg
             disp = "flex (DeepEP/HybridEP)" if float(st.moe_hierarchical_dispatch) else "alltoall"
             lines.append(
                 f"moe etp={float(expert_tp(st, np)):g} dispatcher={disp} "

@@ -305,7 +305,7 @@ def evaluate_unchecked(
     t_ep, has_moe = 0.0, workload.has_part(m, "moe")
     if has_moe:
         moe_frac = safe_div(m.moe_layers, m.layers)
-        a2a_tokens = tokens / (st.sequence_parallel * st.tp + (1.0 - st.sequence_parallel))
+        a2a_tokens = workload.moe_router_tokens(m, st)  # each rank dispatches its router's
         a2a_bytes = 2.0 * a2a_tokens * m.moe_top_k * h * workload.moe_load(m, st, eff.moe_imbalance)
         ep_passes = 4.0 + 2.0 * (r[2] * phi + r[1] * w[4])
         dedup = st.moe_hierarchical_dispatch * m.moe_top_k

@@ -259,8 +259,8 @@ def moe_router_tokens(m: Model, strategy):
     ``tp`` with sequence parallelism (Megatron-Core routes the sequence-parallel shard; the
     capacity of token drop is computed on these tokens, ``topk_softmax_with_capacity``)."""
     st = strategy
-    tokens = st.microbatch * m.seq_len / st.cp
-    return tokens / jnp.where(st.sequence_parallel > 0, st.tp, 1.0)
+    sp = st.sequence_parallel
+    return st.microbatch * m.seq_len / st.cp / (sp * st.tp + (1.0 - sp))
 
 
 def moe_dropped_fraction(m: Model, strategy, sm: Smoothing = EXACT):
