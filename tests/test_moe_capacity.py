@@ -390,3 +390,93 @@ def test_optimizer_holds_the_dropped_share_to_its_cap():
 
 def _report_of(cfg) -> cd.Report:
     return cd.evaluate(*cfg.specs())
+
+
+def _capacity_problem(capacities, mode="strategy", model="mixtral-8x7b", **constraints):
+    from codesign.search import load_problem_dict
+
+    search = {"mode": mode, "moe_capacity_factor": capacities}
+    if mode == "strategy":
+        search.update(tp=[1, 2], pp=[1], microbatch=[1, 2], recompute=["none"], zero=[1])
+    return load_problem_dict(
+        {
+            "model": {"preset": model},
+            "training": {"global_batch": 512, "tokens": 1e12},
+            "system": {"accelerator": "h100-sxm5-80gb", "num_accelerators": 256},
+            "strategy": {"ep": 8 if model == "mixtral-8x7b" else 1},
+            "objective": {"minimize": "step_time"},
+            "constraints": constraints,
+            "search": search,
+        }
+    )
+
+
+def test_capacity_factor_is_a_problem_axis():
+    """``[search] moe_capacity_factor`` (0: dropless) is an axis of the problem's grid, the
+    smallest value fixed in its base; one value fixes it (no axis)."""
+    pb = _capacity_problem([1.25, 0, 1])
+    assert pb.capacity_factors == (0.0, 1.0, 1.25)
+    axes = pb.exhaustive_axes()
+    assert axes["strategy.moe_capacity_factor"] == [0.0, 1.0, 1.25]
+    assert pb.grid_size() == 3 * 2 * 2  # capacity, tp, microbatch
+    assert float(pb.cfg.strategy.moe_capacity_factor) == 0.0
+    one = pb.with_values(capacity_factors=[1.25])
+    assert "strategy.moe_capacity_factor" not in one.exhaustive_axes()
+    assert float(one.cfg.strategy.moe_capacity_factor) == 1.25 and one.grid_size() == 4
+    fixed = _capacity_problem([1.5])
+    assert float(fixed.cfg.strategy.moe_capacity_factor) == 1.5
+    assert "strategy.moe_capacity_factor" not in fixed.exhaustive_axes()
+
+
+@pytest.mark.parametrize(
+    "capacities, kw, allowed",
+    [
+        ([0, -1], {}, "a number >= 0"),
+        ("1.25", {}, "a non-empty list of numbers"),
+        ([0, 1], {"model": "llama3-8b"}, "one value (or none) for a dense model"),
+        ([0, 1], {"mode": "hardware"}, "absent in hardware mode: set it in [strategy]"),
+    ],
+)
+def test_bad_capacity_axes_name_the_field(capacities, kw, allowed):
+    with pytest.raises(SpecError) as e:
+        _capacity_problem(capacities, **kw)
+    assert e.value.field == "search.moe_capacity_factor"
+    assert e.value.allowed == allowed
+
+
+def test_sweep_over_capacity_factors_weighs_speed_against_dropped_tokens():
+    """Over dropless and capacities 1 and 1.25: uncapped, capacity 1 is fastest (every rank
+    holds exactly its share; dropless carries the busiest rank's sampling excess) and drops
+    more than 1 % of the routed tokens at one sequence per router; capped at 1 %, the sweep
+    goes dropless, and the design text says so."""
+    from codesign.cli._describe import _describe_design, _design_dict
+    from codesign.search import solve
+
+    free = solve(_capacity_problem([0, 1, 1.25]), method="sweep")
+    capped = solve(_capacity_problem([0, 1, 1.25], moe_dropped_fraction_max=0.01), method="sweep")
+    assert free.point["strategy.moe_capacity_factor"] == 1.0
+    assert float(free.report.moe_dropped_fraction) > 0.01
+    assert capped.point["strategy.moe_capacity_factor"] == 0.0
+    assert float(capped.report.moe_dropped_fraction) == 0.0
+    assert capped.exact_objective > free.exact_objective
+    assert _describe_design(free.config)[-1].endswith("capacity=1")
+    assert _describe_design(capped.config)[-1].endswith("dropless")
+    assert _design_dict(capped.config)["strategy"]["moe_capacity_factor"] == 0.0
+
+
+@pytest.mark.slow
+def test_optimizer_searches_each_capacity_factor():
+    """The optimizer runs one relaxed search per capacity factor and keeps the best exact
+    design: the sweep's optimum, its factor in the point, every search's evaluations
+    counted."""
+    from codesign.search import Settings, distributed_sweep, optimize
+
+    for cons in ({}, {"moe_dropped_fraction_max": 0.01}):
+        pb = _capacity_problem([0, 1, 1.25], **cons)
+        best = distributed_sweep(pb, progress=False)
+        res = optimize(pb, Settings(steps=150, starts=4))
+        assert res.exact_objective == pytest.approx(float(best.best_values[0]), rel=1e-9)
+        c = res.point["strategy.moe_capacity_factor"]
+        assert c == best.best()["strategy.moe_capacity_factor"]
+        assert float(res.config.strategy.moe_capacity_factor) == c
+        assert res.num_exact_evals >= 3 and res.exact_trace[-1][1] == res.exact_objective

@@ -94,8 +94,30 @@ def _describe_design(cfg: RunConfig) -> list[str]:
         *spares,
         f"placement {' < '.join(order)} (innermost first)",
         f"strategy  tp={st.tp:g} pp={st.pp:g} dp={st.dp:g} cp={st.cp:g} ep={st.ep:g} microbatch={st.microbatch:g} "
-        f"interleave={st.interleave:g} recompute={rec} zero={int(st.zero.argmax())}",
+        f"interleave={st.interleave:g} recompute={rec} zero={int(st.zero.argmax())}"
+        + _moe_text(cfg),
     ]
+
+
+def _moe_routing(cfg: RunConfig) -> dict:
+    """An MoE model's expert tensor parallelism and capacity factor (empty for a dense one)."""
+    from codesign.rules import expert_tp
+
+    if float(cfg.model.moe_experts) <= 0:
+        return {}
+    st = cfg.strategy
+    return {
+        "etp": int(float(expert_tp(st, np))),
+        "moe_capacity_factor": float(st.moe_capacity_factor),
+    }
+
+
+def _moe_text(cfg: RunConfig) -> str:
+    d = _moe_routing(cfg)
+    if not d:
+        return ""
+    c = d["moe_capacity_factor"]
+    return f" etp={d['etp']} " + ("dropless" if c <= 0 else f"capacity={c:g}")
 
 
 _UNITS = {
@@ -154,6 +176,7 @@ def _design_dict(cfg: RunConfig) -> dict:
             },
             "recompute": RECOMPUTE_MODES[int(st.recompute.argmax())],
             "zero": int(st.zero.argmax()),
+            **_moe_routing(cfg),
         },
         **(
             {

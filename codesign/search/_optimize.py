@@ -101,7 +101,12 @@ def optimize(
     progress: bool = False,
     distributed: bool = False,
 ) -> OptimizeResult:
-    """Relaxed multi-start search, then exact rounding onto valid layouts and local search."""
+    """Relaxed multi-start search, then exact rounding onto valid layouts and local search.
+
+    A problem with several MoE capacity factors (``Problem.capacity_factors``) is searched
+    once per factor and the best exact design kept (:func:`_each_capacity`)."""
+    if len(problem.capacity_factors) > 1:
+        return _each_capacity(problem, settings, seed, max_radius, progress, distributed)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -263,6 +268,50 @@ def optimize(
         exact_wall_s=t2 - t1,
         local_iters=iters,
         start_combos=list(rs["combos"]),
+    )
+
+
+def _each_capacity(problem, settings, seed, max_radius, progress, distributed) -> OptimizeResult:
+    """:func:`optimize` once per MoE capacity factor of ``problem``, the best exact design
+    kept (the first factor on a tie; every design infeasible: the first factor's result).
+
+    Dropless routing (factor 0) and padding to ``c`` times the balanced load are two modes of
+    the dispatcher (``codesign.workload.moe_load``), not two ends of a range: a soft mixture
+    of their factors would describe neither, so the choice is enumerated, not relaxed.  The
+    exact evaluations of all searches are counted, and the trace runs through them in turn."""
+    t0 = time.perf_counter()
+    runs = [
+        optimize(
+            problem.with_values(capacity_factors=[c]),
+            settings,
+            seed=seed,
+            max_radius=max_radius,
+            progress=progress,
+            distributed=distributed,
+        )
+        for c in problem.capacity_factors
+    ]
+    j = int(np.argmin([r.exact_objective for r in runs]))
+    trace, offset, best = [], 0, math.inf
+    for r in runs:
+        for n, v in r.exact_trace:
+            best = min(best, v)
+            trace.append((offset + n, best))
+        offset += r.num_exact_evals
+    c = float(problem.capacity_factors[j])
+    win = runs[j]
+    return dataclasses.replace(
+        win,
+        problem=problem.name,
+        point={**win.point, "strategy.moe_capacity_factor": c} if win.point else {},
+        relaxed_point={**win.relaxed_point, "moe_capacity_factor": c},
+        num_exact_evals=sum(r.num_exact_evals for r in runs),
+        exact_trace=trace,
+        rounded_objective=min(r.rounded_objective for r in runs),
+        wall_s=time.perf_counter() - t0,
+        relaxed_wall_s=sum(r.relaxed_wall_s for r in runs),
+        exact_wall_s=sum(r.exact_wall_s for r in runs),
+        local_iters=sum(r.local_iters for r in runs),
     )
 
 

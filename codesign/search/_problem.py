@@ -90,6 +90,10 @@ class Problem:
     """Catalog accelerator names to choose from (more than one: a ``system.platform`` axis)."""
     placements: tuple = ()
     """Placement orders to choose from (more than one: a ``strategy.placement`` axis)."""
+    capacity_factors: tuple = ()
+    """MoE capacity factors to choose from (``0``: dropless; more than one: a
+    ``strategy.moe_capacity_factor`` axis).  The sweep enumerates them; the optimizer runs
+    one search per value (dropless and padded are two modes, not two ends of a range)."""
 
     @property
     def constraints(self) -> dict:
@@ -151,6 +155,8 @@ class Problem:
                 axes[f"strategy.{k}"] = list(vals)
         if len(self.placements) > 1:
             axes["strategy.placement"] = [list(p) for p in self.placements]
+        if len(self.capacity_factors) > 1:
+            axes["strategy.moe_capacity_factor"] = list(self.capacity_factors)
         for p in self.continuous_paths:
             axes[p] = list(self.hardware_values[p])
         return axes
@@ -162,8 +168,8 @@ class Problem:
         """A copy with some axes replaced: ``tp=[...]``, ``num_accelerators=[...]``,
                 ``bandwidth={tier index: [...]}``, ``capex_max_usd=...``, ``power_max_kw=...``,
                 ``objective=...``, ``hardware={leaf path: [...]}``, ``platforms=[...]`` (names among the
-        problem's platforms), ``placements=[...]`` and any constraint by name (the base
-        configuration is adjusted to the new grid)."""
+        problem's platforms), ``placements=[...]``, ``capacity_factors=[...]`` and any
+        constraint by name (the base configuration is adjusted to the new grid)."""
         sv = dict(self.strategy_values)
         hv = dict(self.hardware_values)
         kw = {}
@@ -182,6 +188,8 @@ class Problem:
                     hv[path] = tuple(sorted(float(x) for x in vals))
             elif k == "placements":
                 kw[k] = tuple(tuple(x) for x in v)
+            elif k == "capacity_factors":
+                kw[k] = tuple(sorted({float(x) for x in v}))
             elif k == "platforms":  # Platform objects, or names among this problem's platforms
                 known = {str(p): p for p in self.platforms}
                 bad = [x for x in v if not hasattr(x, "table") and str(x) not in known]
@@ -194,7 +202,7 @@ class Problem:
                 raise SpecError(
                     f"with_values.{k}",
                     v,
-                    f"one of {list(STRATEGY_AXES)}, num_accelerators, bandwidth, hardware, platforms, placements, {', '.join(CONSTRAINTS)}, objective",
+                    f"one of {list(STRATEGY_AXES)}, num_accelerators, bandwidth, hardware, platforms, placements, capacity_factors, {', '.join(CONSTRAINTS)}, objective",
                 )
         if "system.num_accelerators" in hv and len(hv["system.num_accelerators"]) == 1:
             n_fixed = hv.pop("system.num_accelerators")[0]
@@ -215,6 +223,11 @@ class Problem:
         if len(pls) == 1:
             specs["strategy"] = dataclasses.replace(
                 specs["strategy"], placement=placement_ranks(pls[0])
+            )
+        cfs = kw.get("capacity_factors", self.capacity_factors)
+        if len(cfs) == 1:
+            specs["strategy"] = dataclasses.replace(
+                specs["strategy"], moe_capacity_factor=float(cfs[0])
             )
         cfg = dataclasses.replace(cfg, **specs, names=names)
         return dataclasses.replace(self, cfg=cfg, strategy_values=sv, hardware_values=hv, **kw)

@@ -27,6 +27,7 @@ whole strategy) plus::
     interleave = [1, 2]           # pipeline chunks per stage; default: [strategy] interleave
     recompute = ["none", "selective", "full"]
     zero = [0, 1, 2, 3]
+    moe_capacity_factor = [0, 1, 1.25]        # MoE token drop (0: dropless); default [strategy]
     num_accelerators = [256, 512, 1024]       # hardware: a grid (the optimizer uses its box)
 
     accelerator = ["h100-sxm5-80gb", "b200", "gb300"]   # a choice of platforms (below)
@@ -64,7 +65,11 @@ the part with its own scale-up tier (its catalog ``scale_up`` fabric and domain)
 calibrated efficiency; the sweep enumerates them and the optimizer relaxes the choice to
 softmax weights over the platforms' numbers (a soft categorical), then rounds to each.
 ``placement`` lists orders of the parallel dimensions (innermost first) to choose from,
-enumerated and relaxed the same way.
+enumerated and relaxed the same way.  ``moe_capacity_factor`` lists MoE capacity factors
+(token drop with padding to ``c`` times the balanced load; ``0`` is dropless): the sweep
+enumerates them and the optimizer runs one search per value, keeping the best exact design
+(dropless and padded routing are two modes, which no soft mixture describes); pair it with
+``moe_dropped_fraction_max`` to weigh speed against the tokens dropped.
 
 **Modes.**  ``codesign`` searches whatever ``[search]`` lists (hardware and strategy).
 ``strategy`` optimizes the strategy on fixed hardware (no hardware axes allowed).
@@ -313,6 +318,19 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
         doc["strategy"] = {**(doc["strategy"] or {}), "placement": list(placements[0])}
     else:
         placements = ()
+    capacity = search.pop("moe_capacity_factor", None)
+    if capacity is not None:
+        if mode == "hardware":
+            raise SpecError(
+                "search.moe_capacity_factor",
+                capacity,
+                "absent in hardware mode: set it in [strategy]",
+            )
+        capacity = _numbers("search.moe_capacity_factor", capacity, integer=False, allow_zero=True)
+        doc.setdefault("strategy", {})
+        doc["strategy"] = {**(doc["strategy"] or {}), "moe_capacity_factor": capacity[0]}
+    else:
+        capacity = ()
     fixed_bw = {p: v[0] for p, v in hardware.items() if len(v) == 1}
     hardware = {p: v for p, v in hardware.items() if len(v) > 1}
     if mode == "strategy" and (hardware or len(platforms) > 1):
@@ -403,7 +421,7 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
         raise SpecError(
             f"search.{k}",
             search[k],
-            f"one of {['mode', *STRATEGY_AXES, 'num_accelerators', 'tiers', 'hardware', 'accelerator', 'placement']}",
+            f"one of {['mode', *STRATEGY_AXES, 'moe_capacity_factor', 'num_accelerators', 'tiers', 'hardware', 'accelerator', 'placement']}",
         )
     if (
         objective in ("time_to_train", "cost_to_train", "energy_to_train")
@@ -418,6 +436,10 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
         )
     if max(values["ep"]) > 1 and float(cfg.model.moe_experts) <= 0:
         raise SpecError("search.ep", values["ep"], "[1] for a dense model")
+    if len(capacity) > 1 and float(cfg.model.moe_experts) <= 0:
+        raise SpecError(
+            "search.moe_capacity_factor", list(capacity), "one value (or none) for a dense model"
+        )
     sv = {k: tuple(v) for k, v in values.items()}
     cfg = _fix_base(cfg, sv, hardware)
     return Problem(
@@ -430,6 +452,7 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
         title=title,
         platforms=platforms,
         placements=placements,
+        capacity_factors=capacity,
         **cvals,
     )
 
