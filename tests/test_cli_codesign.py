@@ -266,3 +266,23 @@ def test_runners_up_within_the_expected_error_are_counted():
     )
     assert _within_expected_error(SimpleNamespace(names={"held_out": None}), 10.0, [11]) == ""
     assert _within_expected_error(None, float("inf"), []) == ""
+
+
+def test_sweep_json_names_the_capacity_factor(cache_dir):
+    """A problem with a capacity-factor axis: the point, the design and the report's ``moe``
+    block agree on the chosen routing, and the dropped share keeps the problem's cap."""
+    path = ROOT / "experiments" / "problems" / "mixtral-8x7b-token-drop.toml"
+    p = _run(["sweep", str(path), "--json", "--no-progress"], cache_dir)
+    assert p.returncode == 0, p.stderr[-2000:]
+    d = _json(p.stdout)
+    c = d["top"][0]["point"]["strategy.moe_capacity_factor"]
+    assert d["design"]["strategy"]["moe_capacity_factor"] == c
+    assert d["report"]["moe"]["capacity_factor"] == c
+    assert d["report"]["moe"]["dropped_fraction"] <= 0.01
+    assert d["grid_size"] == 5 * 4 * 4 * 4 * 3 * 3 * 2  # capacity x tp, pp, ep, mb, rec, zero
+    t = _run(["sweep", str(path), "--no-progress"], cache_dir)
+    line = next(ln for ln in t.stdout.splitlines() if ln.startswith("strategy  "))
+    assert line.endswith("dropless" if c == 0 else f"capacity={c:g}")
+    assert "moe_capacity_factor" in next(
+        ln for ln in t.stdout.splitlines() if ln.startswith("grid")
+    )
