@@ -136,8 +136,8 @@ class Efficiency:
     expert GEMMs, all-to-all, permutation copies and stored activations
     (:func:`codesign.workload.moe_load`).  1: a router as balanced as uniform random routing.
     Not calibrated: the Megatron-Bridge benchmark runs force balanced routing, and fitted on
-    them it read the token-drop and dropless recipes' other differences as imbalance (1.10,
-    with higher held-out errors; ``experiments/results/validation.md``, ablation).  Set it
+    them it read the token-drop and dropless recipes' other differences as imbalance (1.13,
+    with a higher held-out error; ``experiments/results/validation.md``, ablation).  Set it
     from the routing statistics of the run to model."""
     recompute_factor: float = 1.0
     """Time of a full recomputation over the forward pass.  Source: 1, one extra forward
