@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-__all__ = ["Smoothing", "EXACT", "safe_div", "safe_log"]
+__all__ = ["Smoothing", "EXACT", "safe_div", "safe_log", "safe_sqrt"]
 
 
 def safe_div(num, den, fallback=0.0):
@@ -48,6 +48,13 @@ def safe_log(x, fallback=0.0):
     """``log(x)`` where ``x > 0``, else ``fallback``, with finite gradients (double where)."""
     ok = x > 0
     return jnp.where(ok, jnp.log(jnp.where(ok, x, 1.0)), fallback)
+
+
+def safe_sqrt(x, fallback=0.0):
+    """``sqrt(x)`` where ``x > 0``, else ``fallback``, with finite gradients (double where:
+    the derivative of ``sqrt`` is infinite at 0)."""
+    ok = x > 0
+    return jnp.where(ok, jnp.sqrt(jnp.where(ok, x, 1.0)), fallback)
 
 
 @struct.dataclass(kw_only=True)

@@ -38,7 +38,7 @@ from jax.scipy.stats import norm
 
 from codesign.checks import nonzero_part_fields
 from codesign.rules import expert_tp
-from codesign.smoothing import EXACT, Smoothing, safe_div
+from codesign.smoothing import EXACT, Smoothing, safe_div, safe_sqrt
 from codesign.specs import MODEL_PARTS, PART_FIELDS, Model
 
 __all__ = [
@@ -249,9 +249,7 @@ def moe_sampling_excess(m: Model, strategy):
     t = moe_router_tokens(m, st) * expert_tp(st)
     e, k = m.moe_experts, m.moe_top_k
     var_rel = safe_div((1.0 - safe_div(1.0, st.ep)) * (e - k), (e - 1.0) * t * k)
-    ok = var_rel > 0
-    sd = jnp.where(ok, jnp.sqrt(jnp.where(ok, var_rel, 1.0)), 0.0)
-    return ndtri((st.ep - 0.375) / (st.ep + 0.25)) * sd
+    return ndtri((st.ep - 0.375) / (st.ep + 0.25)) * safe_sqrt(var_rel)
 
 
 def moe_router_tokens(m: Model, strategy):
@@ -296,11 +294,10 @@ def moe_dropped_fraction(m: Model, strategy, sm: Smoothing = EXACT):
     mean = tokens * p
     capacity = sm.ceil(c * mean)
     var = mean * (1.0 - p)
-    ok = var > 0
-    sigma = jnp.sqrt(jnp.where(ok, var, 1.0))
+    sigma = safe_sqrt(var, 1.0)  # 1 where there is no spread (the where below)
     z = (capacity - mean) / sigma
     spread = sigma * (norm.pdf(z) - z * ndtr(-z))
-    excess = jnp.where(ok, spread, jnp.maximum(mean - capacity, 0.0))
+    excess = jnp.where(var > 0, spread, jnp.maximum(mean - capacity, 0.0))
     return jnp.where(c > 0, safe_div(excess, mean), 0.0)
 
 

@@ -480,3 +480,20 @@ def test_optimizer_searches_each_capacity_factor():
         assert c == best.best()["strategy.moe_capacity_factor"]
         assert float(res.config.strategy.moe_capacity_factor) == c
         assert res.num_exact_evals >= 3 and res.exact_trace[-1][1] == res.exact_objective
+
+
+def test_sampling_excess_gradient_is_finite_where_it_vanishes():
+    """At one expert rank, and with every expert chosen (``k = E``), the busiest rank's
+    excess is 0 and its spread is 0: the square root's gradient stays finite there
+    (``codesign.smoothing.safe_sqrt``), as it must for the relaxed search that starts at
+    ``ep = 1``."""
+    cfg = mixtral()
+
+    def excess(ep, k):
+        m = cfg.model.replace(moe_top_k=k)
+        return workload.moe_sampling_excess(m, cfg.strategy.replace(ep=ep))
+
+    for ep, k in ((1.0, 2.0), (8.0, 8.0)):
+        assert float(excess(ep, k)) == 0.0
+        g = jax.grad(excess, argnums=(0, 1))(ep, k)
+        assert all(math.isfinite(float(x)) for x in g)
