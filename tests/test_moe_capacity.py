@@ -497,3 +497,39 @@ def test_sampling_excess_gradient_is_finite_where_it_vanishes():
         assert float(excess(ep, k)) == 0.0
         g = jax.grad(excess, argnums=(0, 1))(ep, k)
         assert all(math.isfinite(float(x)) for x in g)
+
+
+def test_envelope_reoptimizes_the_problems_capacity_factors():
+    """A problem's sensitivity envelope re-optimizes its capacity factors with the rest of
+    the strategy: at the uncapped optimum (capacity 1), re-optimized under a 1 % cap on the
+    dropped share, the best strategy goes dropless and matches the capped sweep's optimum;
+    held at capacity 1 nothing in the grid would be feasible."""
+    from codesign.cli.sensitivity import _strategy
+    from codesign.search import solve
+    from codesign.sensitivity import problem_strategy_values, sensitivity, strategy_grid
+
+    capped = _capacity_problem([0, 1, 1.25], moe_dropped_fraction_max=0.01)
+    free = solve(_capacity_problem([0, 1, 1.25]), method="sweep")
+    best = solve(capped, method="sweep")
+    values = problem_strategy_values(capped)
+    assert values["moe_capacity_factor"] == [0.0, 1.0, 1.25]
+    combos, _ = strategy_grid(free.config, values)
+    assert {c["moe_capacity_factor"] for c in combos} == {0.0, 1.0, 1.25}
+
+    def envelope_at(strategy_values):
+        return sensitivity(
+            free.config,
+            objectives=("step_time",),
+            parameters=["tiers[0].bandwidth_gbps"],
+            reoptimize=True,
+            envelope_objective="step_time",
+            strategy_values=strategy_values,
+            constraints=capped.constraints,
+        )
+
+    s = envelope_at(values)
+    assert s.best_strategy["moe_capacity_factor"] == 0.0
+    assert _strategy(s.best_strategy).endswith(" dropless")
+    assert s.best_value == pytest.approx(best.exact_objective, rel=1e-9)
+    held = {k: v for k, v in values.items() if k != "moe_capacity_factor"}
+    assert envelope_at(held).best_value is None

@@ -394,3 +394,40 @@ def test_problem_file_design_and_its_shadow_prices():
         if p.active and p.status == "smooth":
             assert p.agreement < 0.05
     assert s.continuous_optimum["x"]["system.tiers[1].bandwidth_gbps"] >= 12.5
+
+
+def test_envelope_reoptimizes_the_problems_placements():
+    """A problem's placements are strategy choices of its envelope: from the optimum with the
+    pipeline outermost (its default order), the re-optimized strategy at the point is the
+    sweep's optimum over every listed placement, its order named; held at the default order
+    the envelope only reaches the first optimum."""
+    from codesign.cli.sensitivity import _strategy
+    from codesign.search import load_problem, solve
+    from codesign.sensitivity import problem_strategy_values
+
+    root = Path(__file__).resolve().parents[1]
+    pb = load_problem(root / "experiments/problems/llama3-405b-8192-placement.toml").with_values(
+        tp=[8], pp=[16, 32], cp=[2], microbatch=[1], recompute=["none"], zero=[1]
+    )
+    default = solve(pb.with_values(placements=[pb.placements[0]]), method="sweep")
+    best = solve(pb, method="sweep")
+    assert best.exact_objective < default.exact_objective  # the placement matters here
+    values = problem_strategy_values(pb)
+    assert values["placement"] == [tuple(p) for p in pb.placements]
+
+    def envelope_at(strategy_values):
+        return sensitivity(
+            default.config,
+            objectives=("step_time",),
+            parameters=["tiers[1].bandwidth_gbps"],
+            reoptimize=True,
+            envelope_objective="step_time",
+            strategy_values=strategy_values,
+        )
+
+    s = envelope_at(values)
+    assert s.best_value == pytest.approx(best.exact_objective, rel=1e-9)
+    assert list(s.best_strategy["placement"]) == list(best.point["strategy.placement"])
+    assert "placement=tp-cp-ep-pp-dp" in _strategy(s.best_strategy)
+    held = {k: v for k, v in values.items() if k != "placement"}
+    assert envelope_at(held).best_value == pytest.approx(default.exact_objective, rel=1e-9)

@@ -188,6 +188,11 @@ def _strategy(d: dict) -> str:
     for k, v in d.items():
         if isinstance(v, float) and v.is_integer():
             v = int(v)
+        if isinstance(v, tuple | list):  # a placement, innermost first
+            v = "-".join(map(str, v))
+        if k == "moe_capacity_factor":  # as the design line names the routing
+            out.append("dropless" if v == 0 else f"capacity={v:g}")
+            continue
         out.append(f"{k}={v}")
     return " ".join(out)
 

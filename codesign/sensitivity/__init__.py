@@ -19,6 +19,7 @@ from codesign.sensitivity._analyze import (
     Sensitivity,
     default_objective,
     problem_knobs,
+    problem_strategy_values,
     sensitivity,
     sensitivity_of_problem,
 )
@@ -32,7 +33,7 @@ from codesign.sensitivity._heatmap import (
     strategy_label,
 )
 from codesign.sensitivity._params import GROUPS, Parameter, apply_scales, parameters_of
-from codesign.sensitivity._reoptimize import Envelope, envelope, strategy_grid
+from codesign.sensitivity._reoptimize import CHOICE_AXES, Envelope, envelope, strategy_grid
 from codesign.sensitivity._shadow import (
     Knob,
     ShadowPrice,
@@ -61,6 +62,7 @@ __all__ = [
     "strategy_boundaries",
     "strategy_label",
     "tornado_rows",
+    "CHOICE_AXES",
     "GROUPS",
     "OBJECTIVES",
     "TERM_GROUPS",
@@ -82,6 +84,7 @@ __all__ = [
     "sensitivity_of_problem",
     "default_objective",
     "problem_knobs",
+    "problem_strategy_values",
     "memory_knobs",
     "shadow_prices",
     "solve_continuous",

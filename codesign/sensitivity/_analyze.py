@@ -271,6 +271,18 @@ def problem_knobs(problem, cfg) -> tuple[Knob, ...]:
     return tuple(knobs) + memory_knobs(cfg)
 
 
+def problem_strategy_values(problem) -> dict:
+    """A problem's strategy grid for the envelope: its ``strategy_values`` with its
+    placements and MoE capacity factors (:data:`~codesign.sensitivity.CHOICE_AXES`), so the
+    re-optimized strategy may change them as the optimizer may."""
+    vals = dict(problem.strategy_values)
+    if problem.placements:
+        vals["placement"] = [tuple(p) for p in problem.placements]
+    if problem.capacity_factors:
+        vals["moe_capacity_factor"] = list(problem.capacity_factors)
+    return vals
+
+
 def sensitivity_of_problem(
     problem,
     *,
@@ -303,7 +315,7 @@ def sensitivity_of_problem(
         cfg,
         reoptimize=reoptimize,
         envelope_objective=obj,
-        strategy_values=problem.strategy_values,
+        strategy_values=problem_strategy_values(problem),
         constraints=problem.constraints,
         **kwargs,
     )

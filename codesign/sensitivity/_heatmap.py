@@ -127,7 +127,7 @@ def heatmap(
     best = np.where(np.isfinite(best), best, np.inf)
     idx = np.where(np.isfinite(best), idx, -1).astype(int)
     own = _strategy_of(cfg)
-    at = [i for i, c in enumerate(combos) if c == own]
+    at = [i for i, c in enumerate(combos) if all(own[k] == v for k, v in c.items())]
     fixed = vals[..., at[0]] if at else np.full(best.shape, np.inf)
     i1, i2 = np.flatnonzero(np.isclose(f1, 1.0)), np.flatnonzero(np.isclose(f2, 1.0))
     ref = float(best[i1[0], i2[0]]) if i1.size and i2.size else None

@@ -27,9 +27,15 @@ from codesign.search._evaluator import exact_point
 from codesign.search._grid import axis_table, set_leaf, specs_of
 from codesign.search._problem import STRATEGY_AXES, default_values
 from codesign.sensitivity._params import Parameter, _covering_tiers, apply_scales
-from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES
+from codesign.specs import PARALLEL_DIMS, RECOMPUTE_MODES, ZERO_STAGES
 
-__all__ = ["Envelope", "strategy_grid", "strategy_values_at", "envelope"]
+__all__ = ["Envelope", "CHOICE_AXES", "strategy_grid", "strategy_values_at", "envelope"]
+
+CHOICE_AXES = ("placement", "moe_capacity_factor")
+"""Strategy choices re-optimized beside :data:`codesign.search.STRATEGY_AXES` where the values
+list them (a problem's ``placements`` and ``capacity_factors``,
+:func:`~codesign.sensitivity.problem_strategy_values`); held at the run's own otherwise.  A
+placement is an innermost-first tuple of :data:`codesign.specs.PARALLEL_DIMS`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,27 +60,47 @@ def _strategy_of(cfg) -> dict:
     out = {k: float(getattr(st, k)) for k in ("tp", "pp", "cp", "ep", "microbatch", "interleave")}
     out["recompute"] = RECOMPUTE_MODES[int(np.argmax(np.asarray(st.recompute)))]
     out["zero"] = ZERO_STAGES[int(np.argmax(np.asarray(st.zero)))]
+    ranks = np.asarray(st.placement, dtype=float)
+    out["placement"] = tuple(PARALLEL_DIMS[i] for i in np.argsort(ranks, kind="stable"))
+    out["moe_capacity_factor"] = float(st.moe_capacity_factor)
     return out
+
+
+def _choice(k: str, v):
+    return tuple(v) if k == "placement" else float(v)
 
 
 def strategy_grid(cfg, values: dict | None = None) -> tuple[list, dict]:
     """The strategies to re-optimize over: ``values`` (``{axis: list}`` over
-    :data:`codesign.search.STRATEGY_AXES`, e.g. a problem's ``strategy_values``) or the
-    defaults of :func:`codesign.search.default_values` joined with the run's own strategy;
-    returns the valid ones (at the run's hardware) as a list of dicts and their leaf
-    columns ``{leaf path: (S, ...) array}``."""
+    :data:`codesign.search.STRATEGY_AXES` and :data:`CHOICE_AXES`, e.g. a problem's
+    ``strategy_values`` with its placements and capacity factors) or the defaults of
+    :func:`codesign.search.default_values` joined with the run's own strategy; returns the
+    valid ones (at the run's hardware) as a list of dicts and their leaf columns
+    ``{leaf path: (S, ...) array}``.
+
+    Example (two placements: the run's own and one more):
+        >>> import codesign as cd
+        >>> cfg = cd.load_run_dict({"model": {"preset": "llama3-8b"},
+        ...     "training": {"global_batch": 512},
+        ...     "system": {"accelerator": "h100-sxm5-80gb", "num_accelerators": 64},
+        ...     "strategy": {"tp": 2, "pp": 2, "dp": 16}})
+        >>> combos, cols = strategy_grid(cfg, {"tp": [2], "pp": [2], "microbatch": [1],
+        ...     "placement": [("tp", "pp", "cp", "ep", "dp")]})
+        >>> sorted({c["placement"] for c in combos})
+        [('tp', 'cp', 'ep', 'dp', 'pp'), ('tp', 'pp', 'cp', 'ep', 'dp')]
+        >>> cols["strategy.placement"].shape[1]
+        5
+    """
     own = _strategy_of(cfg)
     vals = dict(values) if values else default_values(cfg)
     grid = {}
-    for k in STRATEGY_AXES:
-        vs = list(vals.get(k, [own[k]]))
+    for k in (*STRATEGY_AXES, *(a for a in CHOICE_AXES if vals.get(a))):
+        vs = [_choice(k, v) if k in CHOICE_AXES else v for v in vals.get(k) or [own[k]]]
         if own[k] not in vs:
             vs.append(own[k])
         grid[k] = vs
     combos = [dict(zip(grid, c, strict=True)) for c in itertools.product(*grid.values())]
-    cols = {
-        f"strategy.{k}": axis_table(f"strategy.{k}", [c[k] for c in combos]) for k in STRATEGY_AXES
-    }
+    cols = {f"strategy.{k}": axis_table(f"strategy.{k}", [c[k] for c in combos]) for k in grid}
     specs = specs_of(cfg)
     for p, v in cols.items():
         specs = set_leaf(specs, p, v)
