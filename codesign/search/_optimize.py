@@ -103,10 +103,13 @@ def optimize(
 ) -> OptimizeResult:
     """Relaxed multi-start search, then exact rounding onto valid layouts and local search.
 
-    A problem with several MoE capacity factors (``Problem.capacity_factors``) is searched
-    once per factor and the best exact design kept (:func:`_each_capacity`)."""
+    A problem with several MoE capacity factors (``Problem.capacity_factors``) or expert
+    tensor-parallel degrees (``strategy_values["etp"]``) is searched once per value and the
+    best exact design kept (:func:`_each_choice`)."""
     if len(problem.capacity_factors) > 1:
-        return _each_capacity(problem, settings, seed, max_radius, progress, distributed)
+        return _each_choice(problem, "capacity", settings, seed, max_radius, progress, distributed)
+    if len(problem.strategy_values.get("etp", ())) > 1:
+        return _each_choice(problem, "etp", settings, seed, max_radius, progress, distributed)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -271,25 +274,50 @@ def optimize(
     )
 
 
-def _each_capacity(problem, settings, seed, max_radius, progress, distributed) -> OptimizeResult:
-    """:func:`optimize` once per MoE capacity factor of ``problem``, the best exact design
-    kept (the first factor on a tie; every design infeasible: the first factor's result).
+_CHOICES = {
+    # kind: (the problem's values, the one-value problem, the point's leaf, the relaxed key)
+    "capacity": (
+        lambda pb: pb.capacity_factors,
+        lambda pb, v: pb.with_values(capacity_factors=[v]),
+        "strategy.moe_capacity_factor",
+        "moe_capacity_factor",
+    ),
+    "etp": (
+        lambda pb: pb.strategy_values["etp"],
+        lambda pb, v: pb.with_values(etp=[v]),
+        "strategy.etp",
+        "etp",
+    ),
+}
+
+
+def _each_choice(
+    problem, kind, settings, seed, max_radius, progress, distributed
+) -> OptimizeResult:
+    """:func:`optimize` once per value of an enumerated strategy choice of ``problem``, the
+    best exact design kept (the first value on a tie; every design infeasible: the first
+    value's result).  ``kind``: ``capacity`` (MoE capacity factors) or ``etp`` (expert
+    tensor-parallel degrees).
 
     Dropless routing (factor 0) and padding to ``c`` times the balanced load are two modes of
     the dispatcher (``codesign.workload.moe_load``), not two ends of a range: a soft mixture
-    of their factors would describe neither, so the choice is enumerated, not relaxed.  The
-    exact evaluations of all searches are counted, and the trace runs through them in turn."""
+    of their factors would describe neither.  The expert tensor-parallel degrees are few
+    (``0``, "as tp", and small powers of two), each a different sharding of the experts.
+    So both are enumerated, not relaxed.  The exact evaluations of all searches are
+    counted, and the trace runs through them in turn."""
+    values_of, one, leaf, key = _CHOICES[kind]
+    values = values_of(problem)
     t0 = time.perf_counter()
     runs = [
         optimize(
-            problem.with_values(capacity_factors=[c]),
+            one(problem, v),
             settings,
             seed=seed,
             max_radius=max_radius,
             progress=progress,
             distributed=distributed,
         )
-        for c in problem.capacity_factors
+        for v in values
     ]
     j = int(np.argmin([r.exact_objective for r in runs]))
     trace, offset, best = [], 0, math.inf
@@ -298,13 +326,13 @@ def _each_capacity(problem, settings, seed, max_radius, progress, distributed) -
             best = min(best, v)
             trace.append((offset + n, best))
         offset += r.num_exact_evals
-    c = float(problem.capacity_factors[j])
+    c = float(values[j])
     win = runs[j]
     return dataclasses.replace(
         win,
         problem=problem.name,
-        point={**win.point, "strategy.moe_capacity_factor": c} if win.point else {},
-        relaxed_point={**win.relaxed_point, "moe_capacity_factor": c},
+        point={**win.point, leaf: c} if win.point else {},
+        relaxed_point={**win.relaxed_point, key: c},
         num_exact_evals=sum(r.num_exact_evals for r in runs),
         exact_trace=trace,
         rounded_objective=min(r.rounded_objective for r in runs),

@@ -37,7 +37,7 @@ _ACCEL_FIELDS = tuple(
     f.name for f in dataclasses.fields(Accelerator) if not f.name.startswith("ref_")
 )
 
-STRATEGY_AXES = ("tp", "pp", "cp", "ep", "microbatch", "interleave", "recompute", "zero")
+STRATEGY_AXES = ("tp", "pp", "cp", "ep", "etp", "microbatch", "interleave", "recompute", "zero")
 DEGREE_AXES = ("tp", "pp", "cp", "ep", "microbatch", "interleave")
 """The numeric (power-of-two-like) strategy axes; recompute and zero are categorical."""
 RELAX_OBJECTIVES = (
@@ -150,7 +150,7 @@ class Problem:
             p = f"system.tiers[{i}].domain"
             axes[p] = list(self.hardware_values[p])
         for k in STRATEGY_AXES:
-            vals = self.strategy_values[k]
+            vals = self.strategy_values.get(k, ())
             if len(vals) > 1 or (k in ("tp", "pp", "cp") and self.mode != "hardware"):
                 axes[f"strategy.{k}"] = list(vals)
         if len(self.placements) > 1:
@@ -259,6 +259,7 @@ def default_values(cfg: RunConfig) -> dict:
         "pp": pp,
         "cp": [1.0],
         "ep": [float(st.ep)],
+        "etp": [float(st.etp)],
         "microbatch": mb,
         "interleave": [float(st.interleave)],
         "recompute": list(RECOMPUTE_MODES),
@@ -281,8 +282,8 @@ def _fix_base(cfg: RunConfig, sv: dict, hv: dict, n_fixed: float | None = None) 
     sy = dataclasses.replace(sy, tiers=tuple(tiers))
     st = cfg.strategy
     kw = {}
-    for k in ("tp", "pp", "cp", "ep", "microbatch", "interleave"):
-        kw[k] = float(sv[k][0]) if len(sv[k]) == 1 else float(getattr(st, k))
+    for k in ("tp", "pp", "cp", "ep", "etp", "microbatch", "interleave"):
+        kw[k] = float(sv[k][0]) if len(sv.get(k, ())) == 1 else float(getattr(st, k))
     rec = (
         RECOMPUTE_MODES.index(sv["recompute"][0])
         if len(sv["recompute"]) == 1

@@ -69,19 +69,23 @@ enumerated and relaxed the same way.  ``moe_capacity_factor`` lists MoE capacity
 (token drop with padding to ``c`` times the balanced load; ``0`` is dropless): the sweep
 enumerates them and the optimizer runs one search per value, keeping the best exact design
 (dropless and padded routing are two modes, which no soft mixture describes); pair it with
-``moe_dropped_fraction_max`` to weigh speed against the tokens dropped.
+``moe_dropped_fraction_max`` to weigh speed against the tokens dropped.  ``etp`` lists
+expert tensor-parallel degrees (MoE parallel folding, Megatron-Core
+``expert_tensor_parallel_size``: ``ep x etp`` divides ``tp x dp x cp``; ``0`` means "the same
+as ``tp``", the default): the sweep enumerates them and the optimizer runs one search per
+value, as for the capacity factors (a few values, each a different sharding of the experts).
 
 **Modes.**  ``codesign`` searches whatever ``[search]`` lists (hardware and strategy).
 ``strategy`` optimizes the strategy on fixed hardware (no hardware axes allowed).
 ``hardware`` fixes the whole strategy from ``[strategy]`` (``tp``, ``pp``, ``cp``, ``ep``,
-``microbatch``, ``interleave``, ``recompute``, ``zero``; ``dp`` is derived) and optimizes
+``etp``, ``microbatch``, ``interleave``, ``recompute``, ``zero``; ``dp`` is derived) and optimizes
 the hardware axes only, e.g. the bandwidth of every tier under a capex budget (the LIBRA
 problem, Won et al. 2023, arXiv:2109.11762); no strategy axes are allowed in ``[search]``.
 
 ``dp`` is always derived as ``num_accelerators / (tp pp cp)``.  Omitted strategy axes default
 to the powers of two that divide the model and batch (see :func:`default_values`), ``cp = [1]``,
-``ep`` and ``interleave`` from ``[strategy]`` (1), every recompute mode and ZeRO stage.  Axes
-with one value are fixed in the base configuration.  The grid of
+``ep``, ``etp`` and ``interleave`` from ``[strategy]`` (1, 0 and 1), every recompute mode and
+ZeRO stage.  Axes with one value are fixed in the base configuration.  The grid of
 :meth:`Problem.exhaustive_axes` is what ``sweep`` enumerates (the ground truth); the
 optimizer (:mod:`codesign.search`) works on the continuous box around it.
 
@@ -394,7 +398,7 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
     values = default_values(cfg)
     if mode == "hardware":
         s = cfg.strategy
-        values = {k: [float(getattr(s, k))] for k in DEGREE_AXES}
+        values = {k: [float(getattr(s, k))] for k in (*DEGREE_AXES, "etp")}
         values["recompute"] = [RECOMPUTE_MODES[int(np.argmax(s.recompute))]]
         values["zero"] = [ZERO_STAGES[int(np.argmax(s.zero))]]
     for k in STRATEGY_AXES:
@@ -413,6 +417,8 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
             ):
                 raise SpecError("search.zero", v, "a list of 0, 1, 2, 3")
             values[k] = [x for x in ZERO_STAGES if x in v]
+        elif k == "etp":  # 0: the same as tp (Megatron-Core's default)
+            values[k] = list(_numbers("search.etp", v, allow_zero=True))
         else:
             values[k] = list(_numbers(f"search.{k}", v))
     unknown = set(search) - set(STRATEGY_AXES) - {"num_accelerators", "tiers"}
@@ -436,6 +442,8 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
         )
     if max(values["ep"]) > 1 and float(cfg.model.moe_experts) <= 0:
         raise SpecError("search.ep", values["ep"], "[1] for a dense model")
+    if len(values["etp"]) > 1 and float(cfg.model.moe_experts) <= 0:
+        raise SpecError("search.etp", values["etp"], "one value (or none) for a dense model")
     if len(capacity) > 1 and float(cfg.model.moe_experts) <= 0:
         raise SpecError(
             "search.moe_capacity_factor", list(capacity), "one value (or none) for a dense model"

@@ -76,7 +76,7 @@ VIOLATION_NAMES = (
     "cp_max",
     "cp_min",
     "dp_min",
-    "ep_dp_cp",
+    "ep_etp_folding",
     "pp_interleave_layers",
     "dp_microbatch_batch",
     "domain_n",
@@ -386,6 +386,12 @@ def loss_terms(params: dict, tau, space: Space, box: Box, base: dict) -> dict:
     tr, m = base["training"], base["model"]
     lo, hi = box.log2_deg_lo, box.log2_deg_hi
     caps = _log_ratio_capped(constrained_quantities(r, sy), box.caps)
+    # MoE parallel folding: ep x etp divides tp x dp x cp; etp 0 (as tp): ep divides dp x cp
+    etp = base["strategy"].etp
+    log2_etp = jnp.log2(jnp.where(etp > 0, etp, 1.0))
+    folding = jnp.where(
+        etp > 0, z["ep"] + log2_etp - (z["tp"] + z["dp"] + z["cp"]), z["ep"] - (z["dp"] + z["cp"])
+    )
     viol = jnp.stack(
         [
             jnp.log(r.memory_gb["total"]) - jnp.log(sy.accelerator.hbm_gb),
@@ -397,7 +403,7 @@ def loss_terms(params: dict, tau, space: Space, box: Box, base: dict) -> dict:
             z["cp"] - hi[3],
             lo[3] - z["cp"],
             -z["rest"],
-            z["ep"] - (z["dp"] + z["cp"]),
+            folding,
             z["pp"] + z["v"] - jnp.log2(m.layers),
             (z["dp"] + z["mb"]) - jnp.log2(tr.global_batch),
             z["dom"] - z["n"] if space.free_domain else -jnp.ones_like(z["n"]),

@@ -56,12 +56,15 @@ class HeatMap:
 
 def strategy_label(d: dict) -> str:
     """The short form of a strategy dict (:func:`~codesign.sensitivity.strategy_grid`):
-    ``"tp4 pp8 mb1 sel z1"``; cp, ep and interleave appear when above 1, recompute as
+    ``"tp4 pp8 mb1 sel z1"``; cp, ep and interleave appear when above 1 (etp with ep, unless
+    0: as tp), recompute as
     ``sel``/``full`` (nothing for none), ZeRO as ``z<stage>``."""
     parts = [f"tp{d['tp']:g}"]
     for k, short in (("cp", "cp"), ("ep", "ep")):
         if float(d.get(k, 1)) > 1:
             parts.append(f"{short}{d[k]:g}")
+    if float(d.get("ep", 1)) > 1 and float(d.get("etp", 0)) > 0:  # 0: as tp
+        parts.append(f"etp{d['etp']:g}")
     parts.append(f"pp{d['pp']:g}")
     if float(d.get("interleave", 1)) > 1:
         parts.append(f"v{d['interleave']:g}")

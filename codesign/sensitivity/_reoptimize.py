@@ -57,7 +57,8 @@ class Envelope:
 
 def _strategy_of(cfg) -> dict:
     st = cfg.strategy
-    out = {k: float(getattr(st, k)) for k in ("tp", "pp", "cp", "ep", "microbatch", "interleave")}
+    degrees = ("tp", "pp", "cp", "ep", "etp", "microbatch", "interleave")
+    out = {k: float(getattr(st, k)) for k in degrees}
     out["recompute"] = RECOMPUTE_MODES[int(np.argmax(np.asarray(st.recompute)))]
     out["zero"] = ZERO_STAGES[int(np.argmax(np.asarray(st.zero)))]
     ranks = np.asarray(st.placement, dtype=float)
