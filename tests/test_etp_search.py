@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
+import jax
+import jax.numpy as jnp
 import pytest
 
 import codesign as cd
@@ -101,3 +105,22 @@ def test_optimizer_searches_each_etp():
     assert res.point["strategy.etp"] == best.best()["strategy.etp"]
     assert float(res.config.strategy.etp) == res.point["strategy.etp"]
     assert res.num_exact_evals >= 3 and res.exact_trace[-1][1] == res.exact_objective
+
+
+@pytest.mark.parametrize("etp, violated", [(1, False), (2, False), (0, True)])
+def test_relaxed_folding_constraint_counts_etp(etp, violated):
+    """The relaxed constraint of MoE parallel folding, ``log2 ep + log2 etp <= log2 (tp dp
+    cp)``: at tp 4 on 64 ranks (dp 16), ep 32 folds with etp 1 (32 x 1 divides 64) and, on
+    the bound, etp 2 (32 x 2 = 64), but not with the experts sharded as tp (etp 0: 32 x 4)."""
+    from codesign.search import relax
+
+    pb = _problem([etp], ep=[8, 32], pp=[1], microbatch=[1], recompute=["none"])
+    space, box, base = relax.space_of(pb), relax.box_of(pb), relax.base_of(pb)
+    assert space.free_ep and not space.free_degrees
+    p = relax.init_params(jax.random.key(0), space)
+    p["ep"] = jnp.asarray(40.0)  # the top of the box: ep = 32
+    t = relax.loss_terms(p, 0.01, space, box, base)
+    fold = float(t["violations"][relax.VIOLATION_NAMES.index("ep_etp_folding")])
+    expected = math.log2(32) + math.log2(etp if etp else 4) - math.log2(4 * 16)
+    assert fold == pytest.approx(expected, abs=1e-9)
+    assert (fold > 1e-9) == violated

@@ -190,6 +190,8 @@ def _strategy(d: dict) -> str:
             v = int(v)
         if isinstance(v, tuple | list):  # a placement, innermost first
             v = "-".join(map(str, v))
+        if k == "etp" and d.get("ep") == 1:  # no expert parallelism: nothing to shard
+            continue
         if k == "etp" and v == 0:  # Megatron-Core's default
             v = "tp"
         if k == "moe_capacity_factor":  # as the design line names the routing
