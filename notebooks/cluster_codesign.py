@@ -252,6 +252,28 @@ ax.grid(alpha=0.3)
 plt.show()
 
 # %% [markdown]
+# ## MoE choices: expert tensor parallelism
+#
+# A mixture-of-experts model adds choices to the strategy: how many ranks hold the experts
+# (`ep`), whether each expert is itself split by tensor parallelism (`etp`: `0` as `tp`,
+# Megatron-Core's default, or `1`, whole experts folded over the tensor-parallel ranks too),
+# and whether tokens beyond an expert's capacity are dropped (`moe_capacity_factor`, `0`:
+# dropless). The sweep enumerates `etp` and the capacity factor like any axis; the optimizer
+# runs one search per value (they are modes, not points on a line). DeepSeek-V3 on 1,024
+# H100s with the MoE settings of NVIDIA's recipe, which measured 25.26 s a step at tp 2,
+# pp 8, ep 64, etp 1:
+
+# %%
+moe = load_problem(ROOT / "experiments" / "problems" / "deepseek-v3-1024xh100-etp.toml")
+for etp in moe.strategy_values["etp"]:
+    res = distributed_sweep(moe.with_values(etp=[etp]), progress=False)
+    at = ", ".join(
+        f"{k.split('.')[-1]} {v:g}" for k, v in res.best().items() if k != "strategy.recompute"
+    )
+    name = "as tp" if etp == 0 else f"{etp:g}"
+    print(f"etp {name}: {float(res.best_values[0]):.2f} s a step at {at}")
+
+# %% [markdown]
 # From the command line the same runs are
 #
 # ```
@@ -260,5 +282,6 @@ plt.show()
 # ```
 #
 # (`--json` for machines; `--distributed` to spread the sweep and the starts over several
-# hosts, see `codesign.search.distributed_sweep`). `experiments/bench_codesign.py` runs the whole comparison
-# on 18 problems and the scaling study up to 10^9 grid points.
+# hosts, see `codesign.search.distributed_sweep`). `experiments/bench_codesign.py` runs the whole
+# comparison on every problem file of `experiments/problems/` and the scaling study up to 10^9
+# grid points.
