@@ -17,9 +17,11 @@ from codesign.efficiency import FLEX_RATIOS
 __all__ = [
     "SpecError",
     "MAX_COUNT",
+    "PRECISIONS",
     "positive",
     "check_model",
     "check_system",
+    "check_training",
     "check_efficiency",
     "check_reliability",
     "PLAUSIBLE",
@@ -39,6 +41,15 @@ MAX_COUNT = 2.0**53
 """The largest integer count accepted (9.0e15): float64, in which every count is stored, holds
 every integer only up to 2**53; beyond it ``x == round(x)`` and the divisibility rules say
 nothing (IEEE 754 binary64, 53-bit significand)."""
+
+
+PRECISIONS = ("bf16", "fp16", "fp8", "fp8-delayed", "fp8-current", "mxfp8", "fp4", "nvfp4", "mxfp4")  # fmt: skip
+"""GEMM precisions.  ``fp8`` is an FP8 recipe left unspecified (modelled as ``fp8-delayed``,
+per-tensor delayed scaling, Micikevicius et al. 2022, arXiv:2209.05433); ``fp8-current``
+is per-tensor current scaling (an extra amax pass over each quantized tensor); ``mxfp8``
+block-scales 32 elements by one E8M0 byte (OCP Microscaling spec v1.0, 2023); ``fp4`` is
+``nvfp4`` (16-element blocks, FP8 E4M3 scales plus a per-tensor scale; NVIDIA Blackwell)
+and ``mxfp4`` 32-element blocks with E8M0 scales (OCP MX)."""
 
 
 def positive(field: str, value, integer: bool = False, allow_zero: bool = False) -> float:
@@ -200,6 +211,35 @@ def _check_hybrid(m) -> None:
             free,
             f"at most layers - moe_layers = {room:g} (0 when every layer is MoE)",
         )
+
+
+def check_training(training) -> None:
+    """Check concrete training settings (a :class:`codesign.specs.Training`)."""
+    positive("training.global_batch", training.global_batch, integer=True)
+    positive("training.tokens", training.tokens, allow_zero=True)
+    positive("training.grad_reduce_bytes", training.grad_reduce_bytes)
+    positive("training.weight_copy_bytes", training.weight_copy_bytes, allow_zero=True)
+    positive("training.optimizer_state_bytes", training.optimizer_state_bytes, allow_zero=True)
+    positive("training.outer_tokens_factor", training.outer_tokens_factor)
+    positive("training.bf16_layers_start", training.bf16_layers_start, allow_zero=True)
+    positive("training.bf16_layers_end", training.bf16_layers_end, allow_zero=True)
+    if not training.first_last_layers_bf16:
+        for f in ("bf16_layers_start", "bf16_layers_end"):
+            if float(getattr(training, f)) > 0:
+                raise SpecError(
+                    f"training.{f}",
+                    getattr(training, f),
+                    "0 unless training.first_last_layers_bf16 is true (the static switch that "
+                    "puts the 16-bit layers into the step model; load_run sets it)",
+                )
+    if not 0.0 <= float(training.fp8_attention) <= 1.0:
+        raise SpecError(
+            "training.fp8_attention",
+            training.fp8_attention,
+            "a fraction in [0, 1] (1: FP8 attention)",
+        )
+    if training.precision not in PRECISIONS:
+        raise SpecError("training.precision", training.precision, f"one of {list(PRECISIONS)}")
 
 
 def check_system(s) -> None:

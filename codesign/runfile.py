@@ -32,7 +32,6 @@ from codesign.config import STRATEGY_FLAGS, STRATEGY_NUMBERS
 from codesign.goodput import Reliability, blast_radius_name
 from codesign.pricing import Pricing
 from codesign.specs import (
-    PARALLEL_DIMS,
     RECOMPUTE_MODES,
     RECOMPUTE_MODULES,
     ZERO_STAGES,
@@ -42,6 +41,7 @@ from codesign.specs import (
     System,
     Tier,
     Training,
+    placement_order,
 )
 
 __all__ = ["run_toml", "strategy_table"]
@@ -84,8 +84,7 @@ def strategy_table(strategy) -> dict:
     out["zero"] = ZERO_STAGES[int(np.argmax(np.asarray(st.zero)))]
     mods = np.asarray(st.recompute_modules, dtype=float)
     out["recompute_modules"] = [m for m, w in zip(RECOMPUTE_MODULES, mods, strict=True) if w > 0.5]
-    ranks = np.asarray(st.placement, dtype=float)
-    out["placement"] = [PARALLEL_DIMS[i] for i in np.argsort(ranks, kind="stable")]
+    out["placement"] = list(placement_order(st.placement))
     return out
 
 

@@ -28,10 +28,12 @@ from codesign.checks import (
     MODEL_PARTS,
     PART_FIELDS,
     PLAUSIBLE,
+    PRECISIONS,
     SpecError,
     check_efficiency,
     check_model,
     check_system,
+    check_training,
     plausibility_warnings,
     positive,
 )
@@ -44,20 +46,12 @@ __all__ = [
     "RECOMPUTE_MODES", "ZERO_STAGES", "PARALLEL_DIMS", "PRECISIONS", "RECOMPUTE_MODULES",
     "precision_family", "make_strategy", "check_model", "check_system", "positive",
     "plausibility_warnings", "PLAUSIBLE", "check_efficiency", "check_training", "MODEL_PARTS",
-    "PART_FIELDS",
+    "PART_FIELDS", "placement_ranks", "placement_order",
 ]  # fmt: skip
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
 PARALLEL_DIMS = ("tp", "cp", "ep", "dp", "pp")
-PRECISIONS = ("bf16", "fp16", "fp8", "fp8-delayed", "fp8-current", "mxfp8", "fp4", "nvfp4", "mxfp4")  # fmt: skip
-"""GEMM precisions.  ``fp8`` is an FP8 recipe left unspecified (modelled as ``fp8-delayed``,
-per-tensor delayed scaling, Micikevicius et al. 2022, arXiv:2209.05433); ``fp8-current``
-is per-tensor current scaling (an extra amax pass over each quantized tensor); ``mxfp8``
-block-scales 32 elements by one E8M0 byte (OCP Microscaling spec v1.0, 2023); ``fp4`` is
-``nvfp4`` (16-element blocks, FP8 E4M3 scales plus a per-tensor scale; NVIDIA Blackwell)
-and ``mxfp4`` 32-element blocks with E8M0 scales (OCP MX)."""
-
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "moe", "mla_up_proj")
 """Modules that selective recomputation can re-run (Megatron-Core ``recompute_modules``):
 the attention core, the LayerNorms, the dense MLP, the MoE experts' activation function,
@@ -452,6 +446,18 @@ def placement_ranks(order: Sequence[str]) -> np.ndarray:
     return np.array([float(order.index(d)) for d in PARALLEL_DIMS])
 
 
+def placement_order(ranks) -> tuple[str, ...]:
+    """The innermost-first order of (tp, cp, ep, dp, pp) from their ranks (the inverse of
+    :func:`placement_ranks`; ties keep the default order).
+
+    Example:
+        >>> placement_order(placement_ranks(["tp", "pp", "cp", "ep", "dp"]))
+        ('tp', 'pp', 'cp', 'ep', 'dp')
+    """
+    ranks = np.asarray(ranks, dtype=float)
+    return tuple(PARALLEL_DIMS[i] for i in np.argsort(ranks, kind="stable"))
+
+
 def make_strategy(
     *,
     tp: float,
@@ -568,32 +574,3 @@ def make_strategy(
         outer_overlap=float(outer_overlap),
         overlap_param_gather=float(bool(overlap_param_gather)),
     )
-
-
-def check_training(training: Training) -> None:
-    """Check concrete training settings."""
-    positive("training.global_batch", training.global_batch, integer=True)
-    positive("training.tokens", training.tokens, allow_zero=True)
-    positive("training.grad_reduce_bytes", training.grad_reduce_bytes)
-    positive("training.weight_copy_bytes", training.weight_copy_bytes, allow_zero=True)
-    positive("training.optimizer_state_bytes", training.optimizer_state_bytes, allow_zero=True)
-    positive("training.outer_tokens_factor", training.outer_tokens_factor)
-    positive("training.bf16_layers_start", training.bf16_layers_start, allow_zero=True)
-    positive("training.bf16_layers_end", training.bf16_layers_end, allow_zero=True)
-    if not training.first_last_layers_bf16:
-        for f in ("bf16_layers_start", "bf16_layers_end"):
-            if float(getattr(training, f)) > 0:
-                raise SpecError(
-                    f"training.{f}",
-                    getattr(training, f),
-                    "0 unless training.first_last_layers_bf16 is true (the static switch that "
-                    "puts the 16-bit layers into the step model; load_run sets it)",
-                )
-    if not 0.0 <= float(training.fp8_attention) <= 1.0:
-        raise SpecError(
-            "training.fp8_attention",
-            training.fp8_attention,
-            "a fraction in [0, 1] (1: FP8 attention)",
-        )
-    if training.precision not in PRECISIONS:
-        raise SpecError("training.precision", training.precision, f"one of {list(PRECISIONS)}")

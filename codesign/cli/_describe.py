@@ -67,11 +67,9 @@ def _describe_design(cfg: RunConfig) -> list[str]:
         + (f" 1:{float(t.oversubscription):g}" if float(t.oversubscription) != 1 else "")
         for t in sy.tiers
     )
-    from codesign.specs import PARALLEL_DIMS
+    from codesign.specs import placement_order
 
-    order = [
-        PARALLEL_DIMS[i] for i in np.argsort(np.asarray(st.placement, dtype=float), kind="stable")
-    ]
+    order = placement_order(st.placement)
     from codesign.goodput import blast_radius_name
 
     rel = sy.reliability

@@ -78,8 +78,8 @@ value, as for the capacity factors (a few values, each a different sharding of t
 **Modes.**  ``codesign`` searches whatever ``[search]`` lists (hardware and strategy).
 ``strategy`` optimizes the strategy on fixed hardware (no hardware axes allowed).
 ``hardware`` fixes the whole strategy from ``[strategy]`` (``tp``, ``pp``, ``cp``, ``ep``,
-``etp``, ``microbatch``, ``interleave``, ``recompute``, ``zero``; ``dp`` is derived) and optimizes
-the hardware axes only, e.g. the bandwidth of every tier under a capex budget (the LIBRA
+``etp``, ``microbatch``, ``interleave``, ``recompute``, ``zero``; ``dp`` is derived) and
+optimizes the hardware axes only, e.g. the bandwidth of every tier under a capex budget (the LIBRA
 problem, Won et al. 2023, arXiv:2109.11762); no strategy axes are allowed in ``[search]``.
 
 ``dp`` is always derived as ``num_accelerators / (tp pp cp)``.  Omitted strategy axes default

@@ -27,7 +27,7 @@ from codesign.search._evaluator import exact_point
 from codesign.search._grid import axis_table, set_leaf, specs_of
 from codesign.search._problem import STRATEGY_AXES, default_values
 from codesign.sensitivity._params import Parameter, _covering_tiers, apply_scales
-from codesign.specs import PARALLEL_DIMS, RECOMPUTE_MODES, ZERO_STAGES
+from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES, placement_order
 
 __all__ = ["Envelope", "CHOICE_AXES", "strategy_grid", "strategy_values_at", "envelope"]
 
@@ -61,8 +61,7 @@ def _strategy_of(cfg) -> dict:
     out = {k: float(getattr(st, k)) for k in degrees}
     out["recompute"] = RECOMPUTE_MODES[int(np.argmax(np.asarray(st.recompute)))]
     out["zero"] = ZERO_STAGES[int(np.argmax(np.asarray(st.zero)))]
-    ranks = np.asarray(st.placement, dtype=float)
-    out["placement"] = tuple(PARALLEL_DIMS[i] for i in np.argsort(ranks, kind="stable"))
+    out["placement"] = placement_order(st.placement)
     out["moe_capacity_factor"] = float(st.moe_capacity_factor)
     return out
 
