@@ -270,6 +270,10 @@ ABLATION_SETS = {
     ),
     "- dp_comm_eff": (_WITH_IMBALANCE, {}),
     "- moe_imbalance (chosen)": (DEFAULT_PARAMS, {}),
+    "- moe_imbalance, grouped_gemm_half_tokens per stack": (
+        DEFAULT_PARAMS,
+        {"grouped_gemm_half_tokens": "shared+stack"},
+    ),
     "per stack, dp_overlap_eff shared": (
         _PER_STACK,
         _shared_grouped({"dp_overlap_eff": "shared"}),
