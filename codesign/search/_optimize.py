@@ -106,10 +106,15 @@ def optimize(
     A problem with several MoE capacity factors (``Problem.capacity_factors``) or expert
     tensor-parallel degrees (``strategy_values["etp"]``) is searched once per value and the
     best exact design kept (:func:`_each_choice`)."""
-    if len(problem.capacity_factors) > 1:
-        return _each_choice(problem, "capacity", settings, seed, max_radius, progress, distributed)
-    if len(problem.strategy_values.get("etp", ())) > 1:
-        return _each_choice(problem, "etp", settings, seed, max_radius, progress, distributed)
+    enumerated = (  # (strategy leaf, its values, the with_values keyword)
+        ("moe_capacity_factor", problem.capacity_factors, "capacity_factors"),
+        ("etp", problem.strategy_values.get("etp", ()), "etp"),
+    )
+    for key, values, axis in enumerated:
+        if len(values) > 1:
+            return _each_choice(
+                problem, key, values, axis, settings, seed, max_radius, progress, distributed
+            )
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -274,43 +279,23 @@ def optimize(
     )
 
 
-_CHOICES = {
-    # kind: (the problem's values, the one-value problem, the point's leaf, the relaxed key)
-    "capacity": (
-        lambda pb: pb.capacity_factors,
-        lambda pb, v: pb.with_values(capacity_factors=[v]),
-        "strategy.moe_capacity_factor",
-        "moe_capacity_factor",
-    ),
-    "etp": (
-        lambda pb: pb.strategy_values["etp"],
-        lambda pb, v: pb.with_values(etp=[v]),
-        "strategy.etp",
-        "etp",
-    ),
-}
-
-
 def _each_choice(
-    problem, kind, settings, seed, max_radius, progress, distributed
+    problem, key, values, axis, settings, seed, max_radius, progress, distributed
 ) -> OptimizeResult:
-    """:func:`optimize` once per value of an enumerated strategy choice of ``problem``, the
-    best exact design kept (the first value on a tie; every design infeasible: the first
-    value's result).  ``kind``: ``capacity`` (MoE capacity factors) or ``etp`` (expert
-    tensor-parallel degrees).
+    """:func:`optimize` once per value of an enumerated strategy choice of ``problem``
+    (``strategy.<key>``, set through ``problem.with_values(<axis>=[value])``), the best exact
+    design kept (the first value on a tie; every design infeasible: the first value's result).
 
-    Dropless routing (factor 0) and padding to ``c`` times the balanced load are two modes of
-    the dispatcher (``codesign.workload.moe_load``), not two ends of a range: a soft mixture
-    of their factors would describe neither.  The expert tensor-parallel degrees are few
-    (``0``, "as tp", and small powers of two), each a different sharding of the experts.
-    So both are enumerated, not relaxed.  The exact evaluations of all searches are
-    counted, and the trace runs through them in turn."""
-    values_of, one, leaf, key = _CHOICES[kind]
-    values = values_of(problem)
+    Dropless routing (capacity factor 0) and padding to ``c`` times the balanced load are two
+    modes of the dispatcher (``codesign.workload.moe_load``), not two ends of a range: a soft
+    mixture of their factors would describe neither.  The expert tensor-parallel degrees
+    (``etp``) are few (``0``, "as tp", and small powers of two), each a different sharding of
+    the experts.  So both are enumerated, not relaxed.  The exact evaluations of all searches
+    are counted, and the trace runs through them in turn."""
     t0 = time.perf_counter()
     runs = [
         optimize(
-            one(problem, v),
+            problem.with_values(**{axis: [v]}),
             settings,
             seed=seed,
             max_radius=max_radius,
@@ -331,7 +316,7 @@ def _each_choice(
     return dataclasses.replace(
         win,
         problem=problem.name,
-        point={**win.point, leaf: c} if win.point else {},
+        point={**win.point, f"strategy.{key}": c} if win.point else {},
         relaxed_point={**win.relaxed_point, key: c},
         num_exact_evals=sum(r.num_exact_evals for r in runs),
         exact_trace=trace,
