@@ -12,6 +12,7 @@ Usage::
 
     python experiments/calibrate.py                    # tables + report + parity plot
     python experiments/calibrate.py --ablation         # also compare candidate parameter sets
+    python experiments/calibrate.py --ablation "gemm_max"   # refit one set, merge into ablation.json
     python experiments/calibrate.py --write-presets    # also rewrite codesign/hardware/efficiency.toml
     python experiments/calibrate.py --data PATH --out DIR --steps 1500 --seed 0
 """

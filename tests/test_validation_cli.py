@@ -4,7 +4,8 @@
 * no module of :mod:`codesign.calibration` prints, writes files or imports the ``codesign``
   package itself; each is under 600 lines and its docstring's first line names its concept;
 * end to end on a few rows (slow): the report, plot and JSON are written where ``--out`` says;
-* ablation candidates in their own processes (slow, real processes) fit as in-process ones.
+* ablation candidates in their own processes (slow, real processes) fit as in-process ones;
+  named candidates are checked before any fit and merged into the stored table (slow).
 """
 
 from __future__ import annotations
@@ -172,6 +173,45 @@ def test_ablation_candidates_run_in_their_own_processes():
     assert child["gemm_max"]["points"] == here["gemm_max"]["points"]
     with pytest.raises(AttributeError, match="no_such_param"):  # raised in the child
         run_ablation(processes=True, **{**kw, "sets": {"bad": (("no_such_param",), {})}})
+
+
+def test_ablation_names_are_checked_before_any_fit(tmp_path, capsys):
+    """``--ablation`` alone means every candidate set; names select some; an unknown name is
+    one line naming the option, the name and the sets allowed, before any row is fitted."""
+    parse = build_parser().parse_args
+    assert parse(["validate"]).ablation is None
+    assert parse(["validate", "--ablation"]).ablation == []
+    assert parse(["validate", "--ablation", "gemm_max"]).ablation == ["gemm_max"]
+    out = tmp_path / "report"
+    assert main(["validate", "--ablation", "no such set", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "validate.ablation = 'no such set' is invalid" in err and "+ attention_eff" in err
+    assert "calibrating" not in err and not out.exists()
+
+
+@pytest.mark.slow
+def test_named_ablation_candidates_merge_into_the_stored_table(tmp_path, capsys):
+    """``--ablation NAME`` fits that candidate and merges it into ``--out``'s stored
+    ``ablation.json``: a candidate fitted earlier stays as it was, the table keeps the order
+    of ``ABLATION_SETS``, and the report reads the merged table as fitted on its data."""
+    rows = [r for r in calibration.load_rows() if r["id"].startswith("korthikanti")]
+    data = tmp_path / "rows.json"
+    data.write_text(json.dumps(rows))
+    out = tmp_path / "report"
+    argv = ["validate", "--data", str(data), "--out", str(out), "--steps", "3"]
+    argv += ["--random-splits", "1"]
+    assert main([*argv, "--ablation", "+ attention_eff"]) == 0
+    first = json.loads((out / "ablation.json").read_text())
+    assert list(first) == ["+ attention_eff"]
+    assert main([*argv, "--ablation", "gemm_max"]) == 0
+    assert "ablation: 1 fitted, 1 read from" in capsys.readouterr().err
+    merged = json.loads((out / "ablation.json").read_text())
+    assert list(merged) == ["gemm_max", "+ attention_eff"]
+    assert merged["+ attention_eff"] == first["+ attention_eff"]
+    assert merged["gemm_max"]["params"] == ["gemm_max"]
+    assert merged["gemm_max"]["data"] == first["+ attention_eff"]["data"]
+    md = (out / "validation.md").read_text()
+    assert "| gemm_max |" in md and "| + attention_eff |" in md
 
 
 def test_stored_report_lists_the_expected_error_of_every_setting():

@@ -5,7 +5,9 @@ the efficiency parameters on random, by-source and by-generation splits and on a
 (:func:`codesign.calibration.run_validation`), prints the per-source tables and writes, under
 ``--out``, ``validation.md`` (the report), ``parity.png`` and ``validation.json``; with
 ``--ablation`` also ``ablation.json``, and with ``--write-presets`` the calibrated presets.
-A stored ``ablation.json`` in ``--out`` is reused for the report's ablation table.
+A stored ``ablation.json`` in ``--out`` is reused for the report's ablation table;
+``--ablation NAME ...`` fits only the named candidates and merges them into it (the fits are
+deterministic, and the report flags a table whose candidates were fitted on other data).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from codesign.cli._args import positive_int
 
-__all__ = ["DEFAULT_OUT", "add_arguments", "register", "run"]
+__all__ = ["DEFAULT_OUT", "ablation_sets", "add_arguments", "merge_ablation", "register", "run"]
 
 DEFAULT_OUT = "validation-report"
 """Default ``--out``: a directory of that name in the current directory."""
@@ -65,7 +67,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print the results as JSON instead of tables"
     )
     p.add_argument(
-        "--ablation", action="store_true", help="also compare candidate parameter sets (slow)"
+        "--ablation",
+        nargs="*",
+        metavar="SET",
+        default=None,
+        help="also compare candidate parameter sets (slow: about 3 min each); with names, fit "
+        "only those sets and merge them into the stored ablation.json of --out",
     )
     p.add_argument(
         "--write-presets",
@@ -86,6 +93,44 @@ def _read_ablation(path: Path) -> dict | None:
         return None
 
 
+def ablation_sets(names: list[str] | None) -> dict | None:
+    """The candidate sets that ``--ablation`` names: ``None`` for all of
+    :data:`~codesign.calibration.ABLATION_SETS` (no names), else those sets in their table
+    order; a :class:`~codesign.specs.SpecError` names any set the table lacks.
+
+    >>> list(ablation_sets(["gemm_max"]))
+    ['gemm_max']
+    >>> ablation_sets([]) is None
+    True
+    """
+    from codesign.calibration._validate import ABLATION_SETS
+    from codesign.specs import SpecError
+
+    if not names:
+        return None
+    for name in names:
+        if name not in ABLATION_SETS:
+            raise SpecError(
+                "validate.ablation", name, "one of the candidate sets: " + "; ".join(ABLATION_SETS)
+            )
+    return {k: v for k, v in ABLATION_SETS.items() if k in names}
+
+
+def merge_ablation(stored: dict | None, fresh: dict) -> dict:
+    """``stored`` candidates (summaries, as in ``ablation.json``) with ``fresh`` ones
+    (:func:`~codesign.calibration.ablation_summary`) in their place or added, in the order of
+    :data:`~codesign.calibration.ABLATION_SETS` (candidates no longer listed there last).
+
+    >>> merge_ablation({"gemm_max": 1, "old": 2}, {"+ attention_eff": 3, "gemm_max": 4})
+    {'gemm_max': 4, '+ attention_eff': 3, 'old': 2}
+    """
+    from codesign.calibration._validate import ABLATION_SETS
+
+    both = {**(stored or {}), **fresh}
+    order = {name: i for i, name in enumerate(ABLATION_SETS)}
+    return dict(sorted(both.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+
 def run(args) -> int:
     """Run ``codesign validate`` with parsed ``args``; returns the exit status."""
     from codesign import calibration
@@ -93,6 +138,7 @@ def run(args) -> int:
     from codesign.config import catalog_dir
 
     t0 = time.perf_counter()
+    sets = ablation_sets(args.ablation)  # before any fit: a bad name is an error at once
     data = Path(args.data) if args.data else calibration.DATA_PATH
     rows = calibration.load_rows(data) if args.data else calibration.load_all_rows()
     ds = calibration.build_dataset(rows)
@@ -105,11 +151,17 @@ def run(args) -> int:
     )
     res = calibration.run_validation(dataset=ds, progress=_say, **settings)
     ablation = None
-    if args.ablation:  # each candidate in its own process (see run_ablation)
-        ablation = calibration.run_ablation(rows=rows, processes=True, progress=_say, **settings)
     out_dir = Path(args.out)
-    stored_ablation = False
     abl_path = out_dir / "ablation.json"
+    if args.ablation is not None:  # each candidate in its own process (see run_ablation)
+        ablation = calibration.run_ablation(
+            rows=rows, processes=True, progress=_say, sets=sets, **settings
+        )
+    if sets is not None:  # some candidates: the others come from the stored table
+        stored = _read_ablation(abl_path) if abl_path.exists() else None
+        ablation = merge_ablation(stored, calibration.ablation_summary(ablation))
+        _say(f"ablation: {len(sets)} fitted, {len(ablation) - len(sets)} read from {abl_path}")
+    stored_ablation = False
     if ablation is None and not args.no_report and abl_path.exists():
         ablation = _read_ablation(abl_path)
         if ablation is not None:
@@ -143,9 +195,8 @@ def run(args) -> int:
             json.dumps({k: v for k, v in res.items() if k != "_dataset"}, indent=1, default=str)
         )
         if ablation and not stored_ablation:
-            abl_path.write_text(
-                json.dumps(calibration.ablation_summary(ablation), indent=1, default=str)
-            )
+            summary = ablation if sets is not None else calibration.ablation_summary(ablation)
+            abl_path.write_text(json.dumps(summary, indent=1, default=str))
         _say(
             f"wrote {out_dir / 'validation.md'}, {out_dir / 'parity.png'}, "
             f"{out_dir / 'validation.json'}"
