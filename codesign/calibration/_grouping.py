@@ -173,7 +173,7 @@ PARAM_GROUPING = {
     "moe_imbalance": "shared",
     "moe_permute_factor": "shared",
     "grouped_gemm_eff": "shared+stack",
-    "grouped_gemm_half_tokens": "shared",
+    "grouped_gemm_half_tokens": "shared+stack",
     "ep_overlap_eff": "shared",
     "moe_permute_flex_ratio": "shared",
     "ep_overlap_flex_ratio": "shared",

@@ -39,7 +39,7 @@ __all__ = [
     "unmeasured_generation_error",
 ]
 
-DATE = "2026-12-06"
+DATE = "2026-12-07"
 """Date of the presets (the ``date`` of every calibrated table)."""
 
 

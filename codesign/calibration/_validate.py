@@ -215,9 +215,14 @@ _WITH_RECOMPUTE = _PER_STACK + ("recompute_factor",)
 _DP_PER_STACK = {"dp_overlap_eff": "shared+stack"}
 """``dp_overlap_eff`` as every candidate before ``dp_overlap_slowdown`` fitted it: one value per
 software stack (the chosen set shares one, :data:`PARAM_GROUPING`)."""
-_SHARED_GROUPED = {"grouped_gemm_eff": "shared", **_DP_PER_STACK}
+_HALF_SHARED = {"grouped_gemm_half_tokens": "shared"}
+"""``grouped_gemm_half_tokens`` as every candidate before the chosen set fitted it (the sets
+shipped until 2026-12-07): one value for all rows (the chosen set fits one per software stack,
+:data:`PARAM_GROUPING`)."""
+_SHARED_GROUPED = {"grouped_gemm_eff": "shared", **_DP_PER_STACK, **_HALF_SHARED}
 """``grouped_gemm_eff`` as every candidate before the grouped-GEMM ablation fitted it: one value
 for all rows (the chosen set fits one per software stack, :data:`PARAM_GROUPING`)."""
+_DP_HALF = {**_DP_PER_STACK, **_HALF_SHARED}
 
 
 def _shared_grouped(overrides: dict) -> dict:
@@ -257,23 +262,20 @@ ABLATION_SETS = {
         _BEFORE_SLOWDOWN,
         _shared_grouped({"moe_imbalance": "shared+stack"}),
     ),
-    "+ grouped_gemm_eff per stack": (_BEFORE_SLOWDOWN, _DP_PER_STACK),
+    "+ grouped_gemm_eff per stack": (_BEFORE_SLOWDOWN, _DP_HALF),
     "+ dp_overlap_slowdown shared": (
         _WITH_DP_COMM,
-        {**_DP_PER_STACK, "dp_overlap_slowdown": "shared"},
+        {**_DP_HALF, "dp_overlap_slowdown": "shared"},
     ),
-    "+ dp_overlap_slowdown per stack": (_WITH_DP_COMM, _DP_PER_STACK),
-    "+ dp_overlap_slowdown per stack, dp_overlap_eff shared": (_WITH_DP_COMM, {}),
+    "+ dp_overlap_slowdown per stack": (_WITH_DP_COMM, _DP_HALF),
+    "+ dp_overlap_slowdown per stack, dp_overlap_eff shared": (_WITH_DP_COMM, _HALF_SHARED),
     "+ dp_overlap_slowdown per generation and stack, dp_overlap_eff shared": (
         _WITH_DP_COMM,
-        {"dp_overlap_slowdown": "generation+stack"},
+        {"dp_overlap_slowdown": "generation+stack", **_HALF_SHARED},
     ),
-    "- dp_comm_eff": (_WITH_IMBALANCE, {}),
-    "- moe_imbalance (chosen)": (DEFAULT_PARAMS, {}),
-    "- moe_imbalance, grouped_gemm_half_tokens per stack": (
-        DEFAULT_PARAMS,
-        {"grouped_gemm_half_tokens": "shared+stack"},
-    ),
+    "- dp_comm_eff": (_WITH_IMBALANCE, _HALF_SHARED),
+    "- moe_imbalance": (DEFAULT_PARAMS, _HALF_SHARED),
+    "- moe_imbalance, grouped_gemm_half_tokens per stack (chosen)": (DEFAULT_PARAMS, {}),
     "per stack, dp_overlap_eff shared": (
         _PER_STACK,
         _shared_grouped({"dp_overlap_eff": "shared"}),
