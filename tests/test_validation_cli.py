@@ -212,6 +212,7 @@ def test_named_ablation_candidates_merge_into_the_stored_table(tmp_path, capsys)
     assert merged["gemm_max"]["data"] == first["+ attention_eff"]["data"]
     md = (out / "validation.md").read_text()
     assert "| gemm_max |" in md and "| + attention_eff |" in md
+    assert "runs on the same data" in md  # the merged table's data checked, as a stored one's
 
 
 def test_stored_report_lists_the_expected_error_of_every_setting():

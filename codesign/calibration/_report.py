@@ -340,10 +340,10 @@ def _stored_ablation_note(res: dict, ablation: dict, stored: bool) -> str:
     then = {c.get("data") for c in ablation.values() if isinstance(c, dict)}
     if then == {now}:
         return (
-            f"  (Read from `ablation.json` of an earlier `--ablation` run on the same data: {now}.)"
+            f"  (Read from `ablation.json` of earlier `--ablation` runs on the same data: {now}.)"
         )
     was = ", ".join(sorted(str(t) for t in then if t)) or "not recorded"
     return (
-        "  **Stale:** read from `ablation.json` of an earlier `--ablation` run on other data "
+        "  **Stale:** read from `ablation.json` of earlier `--ablation` runs on other data "
         f"(then: {was}; now: {now}); rerun `codesign validate --ablation` to refresh it."
     )

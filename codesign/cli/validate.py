@@ -186,7 +186,7 @@ def run(args) -> int:
             ablation=ablation,
             findings=calibration.findings(res),
             plot="parity.png",
-            ablation_stored=stored_ablation,
+            ablation_stored=stored_ablation or sets is not None,  # merged: check its data
             data_notes=calibration.data_notes(rows),
             data=data,
         )
