@@ -75,13 +75,20 @@ def test_bad_etp_axes_name_the_field(etp, kw, field, allowed):
 
 def test_sweep_over_etp_unfolds_the_experts():
     """At tensor parallelism 4, experts sharded like the dense layers (etp = tp) allow at
-    most ep 16 on 64 ranks (ep x etp divides tp x dp x cp); etp 1 folds the experts over the
-    whole tp x dp group (ep up to 64).  The sweep over etp finds the best of both, and its
-    value is the exact model's at the chosen strategy."""
+    most ep 16 on 64 ranks (ep x etp divides tp x dp x cp): ep 32 and 64 have no valid point;
+    etp 1 folds the experts over the whole tp x dp group, which makes them valid.  The sweep
+    over etp finds the best of both, and its value is the exact model's at the chosen
+    strategy."""
     as_tp = solve(_problem([0]), method="sweep")
+    whole = solve(_problem([1]), method="sweep")
     both = solve(_problem([0, 1]), method="sweep")
     assert as_tp.point["strategy.ep"] * 4 <= 64
-    assert both.point["strategy.etp"] == 1.0 and both.point["strategy.ep"] > 16
+    assert solve(_problem([0], ep=[32, 64]), method="sweep").exact_objective == math.inf
+    folded = solve(_problem([1], ep=[32, 64]), method="sweep")
+    assert folded.point["strategy.ep"] > 16 and math.isfinite(folded.exact_objective)
+    best = min(as_tp.exact_objective, whole.exact_objective)
+    assert both.exact_objective == pytest.approx(best, rel=1e-12)
+    assert both.point["strategy.etp"] == 1.0  # whole experts: no tensor-parallel traffic
     assert both.exact_objective < as_tp.exact_objective
     r = cd.evaluate(*both.config.specs())
     assert float(both.config.strategy.etp) == 1.0

@@ -276,6 +276,14 @@ ABLATION_SETS = {
     "- dp_comm_eff": (_WITH_IMBALANCE, _HALF_SHARED),
     "- moe_imbalance": (DEFAULT_PARAMS, _HALF_SHARED),
     "- moe_imbalance, grouped_gemm_half_tokens per stack (chosen)": (DEFAULT_PARAMS, {}),
+    "grouped_gemm_half_tokens per generation and stack": (
+        DEFAULT_PARAMS,
+        {"grouped_gemm_half_tokens": "generation+stack"},
+    ),
+    "grouped GEMMs (efficiency, half_tokens) per generation and stack": (
+        DEFAULT_PARAMS,
+        {"grouped_gemm_eff": "generation+stack", "grouped_gemm_half_tokens": "generation+stack"},
+    ),
     "per stack, dp_overlap_eff shared": (
         _PER_STACK,
         _shared_grouped({"dp_overlap_eff": "shared"}),
