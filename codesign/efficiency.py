@@ -172,7 +172,8 @@ class Efficiency:
     """Tokens per expert at which a grouped GEMM runs at half the efficiency of a dense GEMM of
     its shape: the grouped kernel's per-expert tiles and launch are amortized over fewer rows
     (the multiplier is ``t / (t + grouped_gemm_half_tokens)``).  0: no penalty beyond the
-    shape; calibrated."""
+    shape; calibrated per software stack, as ``grouped_gemm_eff`` (the kernel is the
+    framework's)."""
     cpu_optimizer_gbps: float = 40.0
     """Host-memory bandwidth per accelerator available to a CPU-offloaded optimizer step, GB/s
     (it moves ``optimizer_bytes_per_param`` per parameter).  Estimate: a dual-socket host's

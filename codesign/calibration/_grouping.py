@@ -215,7 +215,11 @@ DEFAULT_PARAMS = (
     "dp_overlap_slowdown",
 )
 """The calibrated parameter set (chosen by the ablation in ``experiments/results/validation.md``
-on the mean held-out error of the random splits and on being interpretable, rerun in full on
+on the mean held-out error of the random splits and on being interpretable; since 2026-12-07
+with ``grouped_gemm_half_tokens`` per software stack, like ``grouped_gemm_eff``: 3.43 against
+3.46 % with one shared value, better on 9 of the 10 seeds; per generation and stack as well
+3.427 %, better on 6, within the spread for three more values, so not taken.  Before that,
+rerun in full on
 the data, model and mapping of 2026-12-06 (token-drop rows at capacity 1, the busiest expert
 rank's load on every slot term) at the default prior 1e-5: 3.47 % with ``dp_overlap_slowdown``
 per software stack, one shared ``dp_overlap_eff``, no ``dp_comm_eff`` and no

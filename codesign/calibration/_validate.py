@@ -221,7 +221,9 @@ shipped until 2026-12-07): one value for all rows (the chosen set fits one per s
 :data:`PARAM_GROUPING`)."""
 _SHARED_GROUPED = {"grouped_gemm_eff": "shared", **_DP_PER_STACK, **_HALF_SHARED}
 """``grouped_gemm_eff`` as every candidate before the grouped-GEMM ablation fitted it: one value
-for all rows (the chosen set fits one per software stack, :data:`PARAM_GROUPING`)."""
+for all rows (the chosen set fits one per software stack, :data:`PARAM_GROUPING`); with
+``dp_overlap_eff`` per stack and ``grouped_gemm_half_tokens`` shared, as those candidates had
+them."""
 _DP_HALF = {**_DP_PER_STACK, **_HALF_SHARED}
 
 
