@@ -286,6 +286,8 @@ ABLATION_SETS = {
         DEFAULT_PARAMS,
         {"grouped_gemm_eff": "generation+stack", "grouped_gemm_half_tokens": "generation+stack"},
     ),
+    "tp_overlap_eff per stack": (DEFAULT_PARAMS, {"tp_overlap_eff": "shared+stack"}),
+    "ep_overlap_eff per stack": (DEFAULT_PARAMS, {"ep_overlap_eff": "shared+stack"}),
     "per stack, dp_overlap_eff shared": (
         _PER_STACK,
         _shared_grouped({"dp_overlap_eff": "shared"}),
