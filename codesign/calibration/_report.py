@@ -294,7 +294,9 @@ def render_markdown(
             "",
             "Each candidate set is fitted on every split exactly as above.  The set is chosen on the "
             "random split's held-out error (in-distribution cross-validation) and on being "
-            "interpretable; the source- and generation-held-out columns are shown for information "
+            "interpretable: a set with more values replaces a simpler one only when most of the "
+            "ten seeds agree (a lower mean that only 6 of them share is inside their spread); the "
+            "source- and generation-held-out columns are shown for information "
             "(they were seen when comparing sets, so they are not blind test figures)."
             + _stored_ablation_note(res, ablation, ablation_stored),
             "",
