@@ -108,7 +108,7 @@ def optimize(
     best exact design kept (:func:`_each_choice`)."""
     enumerated = (  # (strategy leaf, its values, the with_values keyword)
         ("moe_capacity_factor", problem.capacity_factors, "capacity_factors"),
-        ("etp", problem.strategy_values.get("etp", ()), "etp"),
+        ("etp", problem.strategy_values["etp"], "etp"),
     )
     for key, values, axis in enumerated:
         if len(values) > 1:

@@ -150,7 +150,7 @@ class Problem:
             p = f"system.tiers[{i}].domain"
             axes[p] = list(self.hardware_values[p])
         for k in STRATEGY_AXES:
-            vals = self.strategy_values.get(k, ())
+            vals = self.strategy_values[k]
             if len(vals) > 1 or (k in ("tp", "pp", "cp") and self.mode != "hardware"):
                 axes[f"strategy.{k}"] = list(vals)
         if len(self.placements) > 1:
@@ -283,7 +283,7 @@ def _fix_base(cfg: RunConfig, sv: dict, hv: dict, n_fixed: float | None = None) 
     st = cfg.strategy
     kw = {}
     for k in ("tp", "pp", "cp", "ep", "etp", "microbatch", "interleave"):
-        kw[k] = float(sv[k][0]) if len(sv.get(k, ())) == 1 else float(getattr(st, k))
+        kw[k] = float(sv[k][0]) if len(sv[k]) == 1 else float(getattr(st, k))
     rec = (
         RECOMPUTE_MODES.index(sv["recompute"][0])
         if len(sv["recompute"]) == 1
