@@ -17,6 +17,7 @@ import datetime
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -43,6 +44,7 @@ from codesign.calibration._grouping import (
     DEFAULT_PARAMS,
     STACK_FALLBACK,
     borrowed_labels,
+    config_labels,
     fallback_chain,
     resolved_groups,
 )
@@ -567,6 +569,31 @@ def test_borrowed_labels_name_each_value_a_row_takes_from_another_label():
         ["gemm_max tpu-v5p/bridge <- None", "tier_efficiency cross-site <- None"],
     ]
     assert borrowed_labels({}, {}) == []
+
+
+def test_ablation_label_kinds_accelerator_and_precision():
+    # The ablation's candidate kinds: B200 and GB200 apart from their generation (others keep
+    # it), and the GEMM precision alone; a GB300 MXFP8 row of a fit that only has GB200
+    # labels of that kind borrows GB200's MXFP8 value, an H100 row keeps its generation's.
+    def cfg(acc, precision):
+        return SimpleNamespace(
+            names={"accelerator": acc, "tiers": [], "stack": "bridge"},
+            training=SimpleNamespace(precision=precision),
+            strategy=SimpleNamespace(flash_attention=1.0),
+        )
+
+    gb = config_labels(cfg("gb200", "fp8-current"))
+    assert gb["accelerator+precision+stack"] == "gb200-fp8/bridge"
+    assert gb["generation+precision+stack"] == "blackwell-fp8/bridge"
+    assert gb["precision"] == "fp8"
+    assert config_labels(cfg("b200", "mxfp8"))["accelerator+precision"] == "b200-mxfp8"
+    assert config_labels(cfg("h100-sxm5-80gb", "bf16"))["accelerator+stack"] == "h100/bridge"
+    assert config_labels(cfg("gb300", "bf16"))["precision+stack"] == "16bit/bridge"
+    groups = {"gemm_max": ["blackwell-ultra-mxfp8/bridge", "b200/bridge"]}
+    values = {"gemm_max": {"gb200-mxfp8/bridge": 0.5, "gb200/bridge": 0.6}}
+    assert resolved_groups(groups, values)["gemm_max"] == ["gb200-mxfp8/bridge", "gb200/bridge"]
+    fitted = {"backward_factor": {"fp8": 1.7, "16bit": 1.9}}
+    assert resolved_groups({"backward_factor": ["mxfp8"]}, fitted)["backward_factor"] == ["fp8"]
 
 
 # --------------------------------------------------------------------------------------

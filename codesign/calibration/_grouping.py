@@ -99,15 +99,31 @@ LABEL_FALLBACK = {
     "h100-fp4": ("h100-fp8", "h100"),
     "h100-mxfp8": ("h100-fp8", "h100"),
     "blackwell-mxfp8": ("blackwell-fp8", "h100-fp8"),
-    "blackwell-ultra-mxfp8": ("blackwell-mxfp8", "blackwell-ultra-fp8", "blackwell-fp8"),
+    "blackwell-ultra-mxfp8": (
+        "blackwell-mxfp8",
+        "gb200-mxfp8",
+        "blackwell-ultra-fp8",
+        "blackwell-fp8",
+        "gb200-fp8",
+    ),
     "blackwell": ("h100", "a100"),
+    "b200": ("gb200", "h100", "a100"),
+    "gb200": ("b200", "h100", "a100"),
+    "b200-fp8": ("gb200-fp8", "b200", "h100-fp8", "h100"),
+    "gb200-fp8": ("b200-fp8", "gb200", "h100-fp8", "h100"),
+    "b200-mxfp8": ("gb200-mxfp8", "b200-fp8", "h100-fp8"),
+    "gb200-mxfp8": ("b200-mxfp8", "gb200-fp8", "h100-fp8"),
     "blackwell-fp8": ("blackwell", "h100-fp8", "h100"),
     "blackwell-fp4": ("blackwell-fp8", "blackwell"),
     "blackwell-unfused": ("h100-unfused", "blackwell"),
-    "blackwell-ultra": ("blackwell", "h100"),
-    "blackwell-ultra-fp8": ("blackwell-ultra", "blackwell-fp8", "h100-fp8"),
+    "blackwell-ultra": ("blackwell", "gb200", "h100"),
+    "blackwell-ultra-fp8": ("blackwell-ultra", "blackwell-fp8", "gb200-fp8", "h100-fp8"),
     "blackwell-ultra-fp4": ("blackwell-ultra-fp8", "blackwell-fp4"),
     "blackwell-ultra-unfused": ("blackwell-unfused", "blackwell-ultra"),
+    "16bit": ("fp8",),
+    "fp8": ("16bit",),
+    "mxfp8": ("fp8", "16bit"),
+    "fp4": ("mxfp8", "fp8", "16bit"),
     "h100": ("a100",),
     "a100": ("h100",),
     "a100-unfused": ("h100-unfused", "a100"),
@@ -185,7 +201,10 @@ PARAM_GROUPING = {
 precision (FP8 GEMMs get their own ``gemm_max``), or one per fabric kind (scale-up, scale-out);
 ``+stack`` makes one value per software stack as well
 (:data:`~codesign.calibration._rows.STACK_OF_SOURCE`): the same H100s reach a lower MFU under
-2023 Composer/FSDP than under 2024-25 NeMo (the report gives the published ranges)."""
+2023 Composer/FSDP than under 2024-25 NeMo (the report gives the published ranges).
+Candidate sets of the ablation may also group by ``precision`` alone (every generation
+together) or by ``accelerator`` (``accelerator+precision``: :data:`SPLIT_ACCELERATORS` apart
+from their generation); the presets are written for the kinds above only."""
 
 TIED = {"gemm_max_16bit": "gemm_max"}
 """Parameters that are not fitted on their own but take another one's fitted value under a
@@ -273,6 +292,15 @@ their start in every split until they were given interior starts here.  A value 
 moves keeps its start and the report lists it (``codesign.calibration._stats.unidentified``)."""
 
 
+_PRECISION_GROUP = {"": "16bit", "-fp8": "fp8", "-mxfp8": "mxfp8", "-fp4": "fp4"}
+"""The ``precision`` grouping's labels: the GEMM precision alone, every generation together."""
+
+SPLIT_ACCELERATORS = frozenset({"b200", "gb200"})
+"""Accelerators of one generation that the ``accelerator`` groupings label apart: the same
+Blackwell die rated at different clocks and power (HGX B200 1,000 W, 2,250 dense BF16
+TFLOP/s; GB200 1,200 W, 2,500), which may not sustain the rating's ratio."""
+
+
 def generation(accelerator: str) -> str:
     """Generation label of an accelerator preset (``a100``, ``h100``; inherited for others)."""
     if accelerator in GENERATION:
@@ -288,16 +316,28 @@ def config_labels(cfg) -> dict:
     fabrics = catalog()["fabrics"]
     tiers = tuple(cfg.names["tiers"])
     stack = cfg.names.get("stack") or "any"
+    acc = cfg.names["accelerator"] if cfg.names["accelerator"] in SPLIT_ACCELERATORS else gen
     labels = {
         "low_precision": precision_family(cfg.training.precision) != "half",
         "generation": gen,
         "generation+precision": gen + precision_label(cfg.training.precision),
+        "precision": _PRECISION_GROUP[precision_label(cfg.training.precision)],
+        "accelerator": acc,
+        "accelerator+precision": acc + precision_label(cfg.training.precision),
         "generation+attention": gen + ("" if float(cfg.strategy.flash_attention) else "-unfused"),
         "shared": "all",
         "fabric kind": tuple(fabrics.get(t, {}).get("kind", t) for t in tiers),
         "fabric": tiers,
     }
-    for k in ("generation", "generation+precision", "generation+attention", "shared"):
+    for k in (
+        "generation",
+        "generation+precision",
+        "generation+attention",
+        "accelerator",
+        "accelerator+precision",
+        "precision",
+        "shared",
+    ):
         labels[k + "+stack"] = f"{labels[k]}/{stack}"
     return labels
 

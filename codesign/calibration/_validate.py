@@ -286,6 +286,12 @@ ABLATION_SETS = {
         DEFAULT_PARAMS,
         {"grouped_gemm_eff": "generation+stack", "grouped_gemm_half_tokens": "generation+stack"},
     ),
+    "gemm_max per accelerator (B200, GB200 apart)": (
+        DEFAULT_PARAMS,
+        {"gemm_max": "accelerator+precision+stack"},
+    ),
+    "backward_factor per GEMM precision": (DEFAULT_PARAMS, {"backward_factor": "precision"}),
+    "gemm_half_dim per stack": (DEFAULT_PARAMS, {"gemm_half_dim": "shared+stack"}),
     "tp_overlap_eff per stack": (DEFAULT_PARAMS, {"tp_overlap_eff": "shared+stack"}),
     "ep_overlap_eff per stack": (DEFAULT_PARAMS, {"ep_overlap_eff": "shared+stack"}),
     "per stack, dp_overlap_eff shared": (
