@@ -347,6 +347,8 @@ def check_efficiency(eff) -> None:
         "memory_overhead_gb",
         "grouped_gemm_half_tokens",
         "cp_step_overhead_us",
+        "moe_host_expert_us",
+        "moe_host_layer_us",
     ):
         positive(f"efficiency.{f}", getattr(eff, f), allow_zero=True)
 

@@ -143,6 +143,34 @@ def flex_mix(strategy: Strategy, ratio):
     return 1.0 - d + d * ratio
 
 
+def moe_host_wait(model: Model, strategy: Strategy, eff: Efficiency, layer_fwd_s, sm: Smoothing):
+    """Seconds one dropless MoE layer's forward waits for the host, per micro-batch, with the
+    ``alltoall`` dispatcher: ``relu(moe_host_layer_us + E / ep x moe_host_expert_us -
+    layer_fwd_s)`` for ``E / ep`` local experts (:class:`Efficiency`; Megatron-Core's dispatcher
+    synchronizes with the host in every MoE layer's forward, ``token_dispatcher.py``
+    ``cuda_sync_point``, so the host's launches are no longer hidden behind queued kernels);
+    0 padded to capacity (``moe_capacity_factor`` > 0: static shapes) and with the flex
+    dispatcher (``moe_hierarchical_dispatch`` = 1; linear in between).
+
+    Example (64 local experts at 100 µs each, a 5 ms layer: 1.4 ms):
+        >>> import codesign as cd
+        >>> m = cd.Model(layers=2, hidden=1024, heads=8, kv_heads=8, ffn_hidden=4096,
+        ...              vocab=32000, seq_len=2048, moe_experts=64, moe_top_k=2,
+        ...              moe_ffn_hidden=1024, moe_layers=2)
+        >>> st, eff = cd.Strategy(tp=1, pp=1, dp=8), cd.Efficiency(moe_host_expert_us=100.0)
+        >>> round(float(moe_host_wait(m, st, eff, 5e-3, cd.Smoothing())), 6)
+        0.0014
+        >>> float(moe_host_wait(m, st.replace(moe_capacity_factor=1.0), eff, 5e-3, cd.Smoothing()))
+        0.0
+    """
+    st = strategy
+    local = safe_div(model.moe_experts, st.ep)
+    host = (eff.moe_host_layer_us + local * eff.moe_host_expert_us) * 1e-6
+    dropless = jnp.where(st.moe_capacity_factor > 0, 0.0, 1.0)
+    wait = sm.relu(host - layer_fwd_s, scale=layer_fwd_s + 1e-9)
+    return dropless * (1.0 - st.moe_hierarchical_dispatch) * wait
+
+
 def peak_flops(system: System, precision: str):
     """Peak GEMM FLOP/s of one accelerator at the training precision."""
     a = system.accelerator

@@ -43,6 +43,9 @@ class Efficiency:
       (:func:`codesign.workload.moe_sampling_excess`), and sets the pace;
       token drop pads every expert to its capacity instead (Fedus et al. 2021's capacity
       factor, ``Strategy.moe_capacity_factor``; :func:`codesign.workload.moe_load`).
+    * Dropless with the ``alltoall`` dispatcher, each MoE layer's forward waits for the host
+      where its launches (``moe_host_layer_us``, plus ``moe_host_expert_us`` per local expert)
+      outlast the layer (:func:`codesign.compute.moe_host_wait`).
     * A full recomputation re-runs each layer's forward pass in ``recompute_factor`` times its
       forward time: 1 by construction (Korthikanti et al. 2022 Sec. 5 count it as one extra
       forward), calibrated per software stack because frameworks differ in what their
@@ -174,6 +177,20 @@ class Efficiency:
     (the multiplier is ``t / (t + grouped_gemm_half_tokens)``).  0: no penalty beyond the
     shape; calibrated per software stack, as ``grouped_gemm_eff`` (the kernel is the
     framework's)."""
+    moe_host_layer_us: float = 0.0
+    """Host time of a dropless MoE layer's forward with the ``alltoall`` dispatcher, besides
+    its per-expert part (router, permutation and dispatch launches), µs; see
+    :attr:`moe_host_expert_us`.  0 (the class default): none."""
+    moe_host_expert_us: float = 0.0
+    """Host time per local expert that a dropless MoE layer's forward waits for with the
+    ``alltoall`` dispatcher, µs: Megatron-Core's ``MoEAlltoAllTokenDispatcher`` copies the
+    tokens per expert to the host and synchronizes in every MoE layer's forward
+    (``token_dispatcher.py``, ``cuda_sync_point``), so the GPU then waits for the host to
+    launch the layer's per-expert work (Transformer Engine's ``GroupedLinear`` quantizes and
+    runs each local expert's GEMMs on its own), which the kernels ahead of it no longer hide:
+    ``relu(moe_host_layer_us + local experts x moe_host_expert_us - layer forward)``
+    (:func:`codesign.compute.moe_host_wait`).  Padded to capacity (static shapes) or with
+    the flex dispatcher the layer does not wait.  0 (the class default): none."""
     cpu_optimizer_gbps: float = 40.0
     """Host-memory bandwidth per accelerator available to a CPU-offloaded optimizer step, GB/s
     (it moves ``optimizer_bytes_per_param`` per parameter).  Estimate: a dual-socket host's

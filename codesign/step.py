@@ -18,7 +18,8 @@ V forward and all-gathers K, V and reduce-scatters their gradients backward, hid
 the pass's attention up to ``cp_overlap_eff`` (ring attention, Liu et al. 2023), and pays
 ``cp_step_overhead_us`` per ring step; each MoE layer all-to-alls its tokens' ``top_k`` slots
 to the experts and back, forward and backward, as long as the busiest rank's share takes
-(:func:`codesign.workload.moe_load`; Lepikhin et al. 2020).  Data parallelism all-reduces the
+(:func:`codesign.workload.moe_load`; Lepikhin et al. 2020), and dropless with the ``alltoall``
+dispatcher waits for the host (:func:`codesign.compute.moe_host_wait`).  Data parallelism all-reduces the
 gradients (ZeRO-0), reduce-scatters them and all-gathers the updated weights (ZeRO-1/2,
 Megatron's distributed optimizer), or does that for every micro-batch with two gathers
 (ZeRO-3/FSDP), at ``dp_comm_eff`` of the tiers' collective bandwidth.
@@ -314,7 +315,8 @@ def evaluate_unchecked(
         has_etp = sm.step(expert_tp(st) - 1.0)
         ep_one = ep_passes * (a2a + has_etp * etp_ag)
         ep_overlap = eff.ep_overlap_eff * compute.flex_mix(st, eff.ep_overlap_flex_ratio)
-        t_ep = moe_frac * ep_one * (1.0 - st.overlap_moe_comm * ep_overlap)
+        host_wait = compute.moe_host_wait(m, st, eff, layer_fwd, sm)
+        t_ep = moe_frac * (ep_one * (1.0 - st.overlap_moe_comm * ep_overlap) + host_wait)
 
     # Activation offloading: the offloaded bytes go to the host during the forward pass and
     # come back for the backward pass, hidden up to offload_overlap_eff of each pass's time

@@ -67,3 +67,25 @@ def test_memory_scale_only_removes_points_and_is_the_model_at_one():
     assert 0 < tight["feasible"] < plain["feasible"]
     assert tight["t_best"] >= plain["t_best"]
     assert none["feasible"] == 0 and none["best"] is None
+
+
+def test_other_release_matches_model_system_size_and_batch():
+    def row(rid, tokens, gbs=512, seq=4096, gpus=64):
+        r = _row(rid, ep=8, tokens=tokens, gpus=gpus)
+        r["parallel"]["global_batch"] = gbs
+        r["model"]["seq_len"] = seq
+        return r
+
+    me = row("mbridge_25.11_DGX-B200_Qwen3_30B_a3B_8gpu_FP8-MX", 1000.0, gpus=8)
+    rows = [
+        me,
+        row("mbridge_25.09_DGX-B200_Qwen3_30B_a3B__tokendrop__8gpu_FP8unspecified", 1900.0, gpus=8),
+        row("mbridge_25.11_DGX-B200_Qwen3_30B_a3B_8gpu_FP8-MX_alt", 1500.0, gpus=8),  # same release
+        row("mbridge_25.09_DGX-GB200_Qwen3_30B_a3B__tokendrop__8gpu_FP8", 2500.0, gpus=8),  # system
+        row("mbridge_25.09_DGX-B200_Qwen3_30B_a3B_8gpu_FP8_b", 2500.0, gbs=256, gpus=8),  # batch
+        row("mbridge_25.09_DGX-B200_Qwen3_30B_a3B_16gpu_FP8", 2500.0, gpus=16),  # size
+    ]
+    got = rr.other_release(me, rows)
+    assert [g["id"] for g in got] == [rows[1]["id"]]
+    assert got[0]["release"] == "25.09" and got[0]["speed_vs_row"] == 1.9
+    assert got[0]["layout"] == "tp1 pp1 vp1 cp1 ep8 mb4"

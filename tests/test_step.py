@@ -585,6 +585,12 @@ def busiest_rank_load(ep, tokens, etp=2.0, experts=8.0, top_k=2.0, imbalance=1.0
     return imbalance * (1 + z * math.sqrt(var))
 
 
+def no_host_wait(cfg):
+    """The config with the dropless dispatcher's host wait off (tests/test_moe_host_wait.py)."""
+    eff = cfg.efficiency.replace(moe_host_layer_us=0.0, moe_host_expert_us=0.0)
+    return dataclasses.replace(cfg, efficiency=eff)
+
+
 def test_moe_expert_parallel_terms_by_hand():
     """Mixtral 8x7B, 64 H100, tp 2 pp 2 dp 16 ep 8, SP, selective (no CP): the all-to-all of
     each MoE layer's top-2 slots (Lepikhin et al. 2020), 2 forward + 2 backward per layer;
@@ -594,8 +600,9 @@ def test_moe_expert_parallel_terms_by_hand():
     (Megatron-Core's MoEAlltoAllTokenDispatcher) with each pass: a ring all-gather of
     ``etp * S`` bytes, (r - 1) alpha + (r - 1)/r * size / beta with r = 2.  Dropless, the
     busiest rank's slots set the pace: ``moe_imbalance`` times the balanced ones, times the
-    excess of the busiest of 8 ranks at uniform random routing (:func:`busiest_rank_load`)."""
-    cfg = CONFIGS["mixtral-ep"]()
+    excess of the busiest of 8 ranks at uniform random routing (:func:`busiest_rank_load`);
+    the dropless dispatcher's host wait off (tested on its own)."""
+    cfg = no_host_wait(CONFIGS["mixtral-ep"]())
     r = report_of(cfg)
     (a0, b0), (a1, b1) = links(cfg)
     h, s, l, k, pp, tp = 4096.0, 4096.0, 32.0, 2.0, 2.0, 2.0
@@ -652,8 +659,8 @@ def test_flex_dispatcher_ratios_by_hand(d):
     fractional d mixes linearly, ``1 - d + d r``.  Mixtral 8x7B (tp 2, ep 4, 2 copies): the
     permutation's forward time is ``copies x 2 x 2 x 2 slots h / (HBM eff)`` times the factor;
     the all-to-all left exposed under ``overlap_moe_comm`` is ``1 - ep_overlap_eff x mix`` of
-    it without overlap."""
-    cfg = CONFIGS["mixtral-ep"]()
+    it without overlap (the dropless dispatcher's host wait off: tested on its own)."""
+    cfg = no_host_wait(CONFIGS["mixtral-ep"]())
     h, s, k, tp, layers, pp = 4096.0, 4096.0, 2.0, 2.0, 32.0, 2.0
     n_mb = 256 / 16
     r_perm, r_ovl, e = 0.4, 0.25, 0.6

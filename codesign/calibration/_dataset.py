@@ -133,7 +133,8 @@ def contradictions(rows: list[dict], ratio: float = CONTRADICTION_RATIO) -> dict
     same prediction, so no such model can put both within ``(ratio - 1) / (ratio + 1)`` of
     their measurements (20 % at 1.5x): the page prints one layout, but the software differs
     (in the pairs found here, token drop with capacity padding in 25.09 against dropless MoE,
-    which waits for the host in every layer, in 25.11; the model charges no host time).  Both
+    which waits for the host in every layer, in 25.11; the model charges that wait,
+    :func:`codesign.compute.moe_host_wait`, fitted on the other rows).  Both
     rows of the pair are kept out of every fit and reported apart, so that which one is kept does not
     depend on which the model prefers.  In the copied data this finds Qwen3-30B-A3B on 16 H100
     in FP8 current scaling (25.09: 12.5 s, 25.11: 24.8 s) and on 8 B200 (25.09, FP8 current

@@ -226,7 +226,9 @@ class ContradictionFinding:
                 )
                 + "; the dropless dispatcher copies the token counts to the host and waits for "
                 "them in every MoE layer's forward (Megatron-Core token_dispatcher.py "
-                "cuda_sync_point), and the model charges no host time."
+                "cuda_sync_point), which the model charges as the host's launches that no "
+                "queued kernel hides any more (codesign.compute.moe_host_wait, fitted on the "
+                "other rows; the model's errors on these rows above are its predictions with it)."
             )
         return text + (
             "  Later releases alternate the same way (external, not fitted: on 16 H100 at PP 2, "

@@ -118,13 +118,14 @@ POSITIVE_PARAMS = frozenset(
         "grouped_gemm_half_tokens",
         "recompute_factor",
         "cp_step_overhead_us",
+        "moe_host_expert_us",
+        "moe_host_layer_us",
     }
 )
 """Positive parameters: ``exp`` reparametrization."""
 
 AT_LEAST_ONE_PARAMS = frozenset({"moe_imbalance"})
-"""Positive parameters that cannot be below 1 (the busiest expert rank is never faster than the balanced
-time): ``1 + softplus`` reparametrization."""
+"""Positive parameters >= 1 (the busiest expert rank is never below the mean): ``1 + softplus``."""
 
 _EXCESS_START = 0.05  # a start of exactly 1 would sit where softplus has no gradient
 
