@@ -196,9 +196,12 @@ def run_validation(
     }
 
 
-_AFTER_BACKWARD = DEFAULT_PARAMS.index("backward_factor") + 1
+_BEFORE_HOST = tuple(p for p in DEFAULT_PARAMS if not p.startswith("moe_host_"))
+"""The set shipped until the dropless ``alltoall`` dispatcher's host wait was fitted (2026-12-07,
+:func:`codesign.compute.moe_host_wait`): every candidate up to it builds on it."""
+_AFTER_BACKWARD = _BEFORE_HOST.index("backward_factor") + 1
 _WITH_IMBALANCE = (
-    DEFAULT_PARAMS[:_AFTER_BACKWARD] + ("moe_imbalance",) + DEFAULT_PARAMS[_AFTER_BACKWARD:]
+    _BEFORE_HOST[:_AFTER_BACKWARD] + ("moe_imbalance",) + _BEFORE_HOST[_AFTER_BACKWARD:]
 )
 """The set shipped until 2026-12-06, which fitted ``moe_imbalance`` as well: every candidate
 up to the one that dropped it builds on it."""
@@ -225,11 +228,6 @@ for all rows (the chosen set fits one per software stack, :data:`PARAM_GROUPING`
 ``dp_overlap_eff`` per stack and ``grouped_gemm_half_tokens`` shared, as those candidates had
 them."""
 _DP_HALF = {**_DP_PER_STACK, **_HALF_SHARED}
-
-
-_BEFORE_HOST = tuple(p for p in DEFAULT_PARAMS if not p.startswith("moe_host_"))
-"""The set shipped until the dropless ``alltoall`` dispatcher's host wait was fitted (2026-12-07,
-:func:`codesign.compute.moe_host_wait`): every candidate up to it builds on it."""
 
 
 def _shared_grouped(overrides: dict) -> dict:
