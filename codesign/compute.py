@@ -164,11 +164,11 @@ def moe_host_wait(model: Model, strategy: Strategy, eff: Efficiency, layer_fwd_s
         0.0
     """
     st = strategy
-    local = safe_div(model.moe_experts, st.ep)
+    local = workload.local_experts(model, st)
     host = (eff.moe_host_layer_us + local * eff.moe_host_expert_us) * 1e-6
     dropless = jnp.where(st.moe_capacity_factor > 0, 0.0, 1.0)
     wait = sm.relu(host - layer_fwd_s, scale=layer_fwd_s + 1e-9)
-    return dropless * (1.0 - st.moe_hierarchical_dispatch) * wait
+    return dropless * flex_mix(st, 0.0) * wait  # the flex dispatcher's wait: 0
 
 
 def peak_flops(system: System, precision: str):
@@ -313,7 +313,7 @@ def layer_times(
         etp = expert_tp(st)
         fe_e = m.moe_ffn_hidden / etp
         fe = m.moe_ffn_hidden / st.tp
-        local_experts = jnp.maximum(safe_div(m.moe_experts, st.ep, 1.0), 1.0)
+        local_experts = workload.local_experts(m, st)
         slots = tokens * m.moe_top_k * etp / st.tp * workload.moe_load(m, st, eff.moe_imbalance)
         per_expert = safe_div(slots, local_experts)
         grouped = eff.grouped_gemm_eff * safe_div(

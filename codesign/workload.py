@@ -51,6 +51,7 @@ __all__ = [
     "attention_gemms",
     "attention_core_dims",
     "fractions",
+    "local_experts",
     "moe_load",
     "moe_sampling_excess",
     "moe_router_tokens",
@@ -250,6 +251,20 @@ def moe_sampling_excess(m: Model, strategy):
     e, k = m.moe_experts, m.moe_top_k
     var_rel = safe_div((1.0 - safe_div(1.0, st.ep)) * (e - k), (e - 1.0) * t * k)
     return ndtri((st.ep - 0.375) / (st.ep + 0.25)) * safe_sqrt(var_rel)
+
+
+def local_experts(m: Model, strategy):
+    """Routed experts each expert-parallel rank holds, ``E / ep`` (at least 1).
+
+    Example:
+        >>> from codesign.specs import Model, Strategy
+        >>> moe = Model(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336,
+        ...             vocab=32000, seq_len=4096, moe_experts=8, moe_top_k=2,
+        ...             moe_ffn_hidden=14336, moe_layers=32)
+        >>> float(local_experts(moe, Strategy(tp=1, pp=1, dp=8, ep=4)))
+        2.0
+    """
+    return jnp.maximum(safe_div(m.moe_experts, strategy.ep, 1.0), 1.0)
 
 
 def moe_router_tokens(m: Model, strategy):
