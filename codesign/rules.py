@@ -217,7 +217,8 @@ RULES: tuple[Rule, ...] = (
             f"a stage layout Megatron-Core accepts for model.layers = {_g(m.layers)}: at least "
             "pp*interleave layers; explicit first/last stage layers with the rest split evenly "
             "over the other stages; or, with the embedding/loss counted, pp*interleave dividing "
-            "layers + 1 per counted part (not together with explicit counts)"
+            "layers + 1 per counted part (not together with explicit counts); when interleaved, "
+            "the most loaded stage's layers divisible by interleave (equal chunks)"
         ),
     ),
     Rule(

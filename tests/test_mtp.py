@@ -150,7 +150,7 @@ def test_relaxed_gradients_finite_with_mtp(mtp):
 
     from codesign.smoothing import Smoothing
 
-    cfg = _cfg(preset="deepseek-v3", pp=2, interleave=3, ep=8, etp=1)
+    cfg = _cfg(preset="deepseek-v3", pp=4, interleave=2, ep=8, etp=1)
     m, tr, sy, st, eff = cfg.specs()
     sm = Smoothing(exact=False, tau=0.1)
 

@@ -3,8 +3,8 @@
 **Rounding onto valid layouts.**  A *layout* is a value of every axis that decides
 validity (accelerator count, tp, pp, cp, ep, microbatch, interleave; ``dp`` is derived
 as ``N / (tp pp cp)``).  The valid layouts are enumerated once on the host (the sweep's
-divisibility rules: heads by tp, layers by pp x interleave, batch by dp x microbatch,
-experts by ep).  For each of the best ``top_starts`` starts (the best of every
+rules: heads by tp, a stage layout for pp and interleave, batch by dp x microbatch, experts
+by ep).  For each of the best ``top_starts`` starts (the best of every
 combination first), the ``nearest_layouts`` valid layouts nearest to its relaxed point in
 log2 distance, with its categorical combination (and every combination on the two
 nearest), times the grid bandwidths bracketing its relaxed bandwidths, are evaluated with
