@@ -77,6 +77,10 @@ def _config(model: str, strategy: dict, precision: str = "bf16"):
         ]
     if model == "deepseek-v3":
         doc["model"]["mtp_layers"] = 1
+    if model == "gpt-oss-120b" and strategy.get("interleave", 1) > 1:
+        # 36 layers on 8 stages: 5 or 4 a stage would split the busiest unevenly in 2 chunks
+        # (codesign.pipeline: equal chunks where the load is); 6 + 6 x 4 + 6 does not.
+        doc["strategy"].update(pp_first_layers=6, pp_last_layers=6)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return cd.load_run_dict(doc)
