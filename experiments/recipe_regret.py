@@ -386,8 +386,10 @@ def best_config(cfg, d: dict):
 def later_releases(row: dict, rec: dict, best: dict | None, external: list[dict]) -> list[dict]:
     """The external set's runs of the row's model on the same system (:func:`bridge_key`) and
     GPU count (later releases), each with its layout, measured tokens/s per GPU, that speed
-    relative to the row's, and which of the best layout's changes (tp, pp, interleave, cp, ep;
-    ``rec`` is the recipe as mapped) it adopted."""
+    relative to the row's, and which of the best layout's changes it adopted (``rec`` is the
+    recipe as mapped): tp, pp, interleave, cp or ep set to the best's value, or, at the row's
+    global batch, the micro-batch moved the way the best moves it (1 -> 4 where the best has
+    8: fewer, larger micro-batches, whose own gain the model claims)."""
     model, gpu, _, _ = bridge_key(row)
     out = []
     for x in external:
@@ -401,6 +403,14 @@ def later_releases(row: dict, rec: dict, best: dict | None, external: list[dict]
             for _, k, _ in LATER_KEYS
             if best is not None and page[k] != int(rec[k]) and page[k] == best.get(k)
         ]
+        mb, mb_rec = par.get("microbatch"), int(rec["microbatch"])
+        if (
+            best is not None
+            and mb is not None
+            and par.get("global_batch") == row["parallel"].get("global_batch")
+            and (mb - mb_rec) * (best["microbatch"] - mb_rec) > 0
+        ):
+            adopted.append(f"mb {mb_rec} -> {mb} (best {int(best['microbatch'])})")
         speed = x["measured"]["tokens_per_s_per_gpu"]
         out.append(
             {

@@ -19,8 +19,8 @@ def _row(rid: str, ep: int, tokens: float, gpus: int = 64, model: str = "GPT-OSS
 
 def test_later_releases_match_model_system_and_size_and_name_adopted_changes():
     row = _row("mbridge_25.11_DGX-B200_GPT_OSS_120B_64gpu_BF16", ep=8, tokens=1000.0)
-    rec = {"tp": 1.0, "pp": 1.0, "interleave": 1.0, "cp": 1.0, "ep": 64.0}  # mapped recipe
-    best = dict(rec, ep=8.0, pp=2.0)
+    rec = {"tp": 1.0, "pp": 1.0, "interleave": 1.0, "cp": 1.0, "ep": 64.0, "microbatch": 4.0}
+    best = dict(rec, ep=8.0, pp=2.0)  # the recipe as mapped, and the model's best
     external = [
         _row("mbridge_26.04_DGX-B200_GPT_OSS_120B_64gpu_BF16", ep=8, tokens=1600.0),
         _row("mbridge_26.02_DGX-B200_GPT_OSS_120B_64gpu_BF16", ep=64, tokens=990.0),
@@ -43,6 +43,27 @@ def test_later_releases_match_model_system_and_size_and_name_adopted_changes():
     assert got[0]["layout"] == "tp1 pp1 vp1 cp1 ep64 mb4 gbs512"
     # no best layout (the recipe is the best): nothing is adopted
     assert all(not g["adopts_best"] for g in rr.later_releases(row, rec, None, external))
+
+
+def test_a_later_micro_batch_counts_when_it_moves_the_best_s_way_at_the_row_s_batch():
+    row = _row("mbridge_25.11_DGX-B200_Qwen3_30B_a3B_8gpu_FP8-MX", ep=8, tokens=1000.0, gpus=8)
+    rec = {"tp": 1.0, "pp": 1.0, "interleave": 1.0, "cp": 1.0, "ep": 8.0, "microbatch": 4.0}
+    best = dict(rec, microbatch=8.0)
+
+    def later(release, mb, gbs=512):
+        x = _row(
+            f"mbridge_{release}_DGX-B200_Qwen3_30B_a3B_8gpu_MXFP8", ep=8, tokens=2000.0, gpus=8
+        )
+        x["parallel"].update(microbatch=mb, global_batch=gbs)
+        return x
+
+    ext = [later("26.02", 2), later("26.02.01", 16), later("26.04", 4), later("26.04.01", 16, 1024)]
+    got = rr.later_releases(row, rec, best, ext)
+    # smaller (against the best), larger (the best's way, past it), unchanged, other batch
+    assert [g["adopts_best"] for g in got] == [[], ["mb 4 -> 16 (best 8)"], [], []]
+    # a best with a smaller micro-batch than the recipe's: only the smaller one counts
+    got = rr.later_releases(row, rec, dict(rec, microbatch=1.0), ext)
+    assert [g["adopts_best"] for g in got] == [["mb 4 -> 2 (best 1)"], [], [], []]
 
 
 def test_memory_scale_only_removes_points_and_is_the_model_at_one():
