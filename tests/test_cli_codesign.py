@@ -268,6 +268,7 @@ def test_runners_up_within_the_expected_error_are_counted():
     assert _within_expected_error(None, float("inf"), []) == ""
 
 
+@pytest.mark.slow
 def test_sweep_json_names_the_capacity_factor(cache_dir):
     """A problem with a capacity-factor axis: the point, the design and the report's ``moe``
     block agree on the chosen routing, and the dropped share keeps the problem's cap."""

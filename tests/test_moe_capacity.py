@@ -505,6 +505,7 @@ def test_sampling_excess_gradient_is_finite_where_it_vanishes():
         assert all(math.isfinite(float(x)) for x in g)
 
 
+@pytest.mark.slow
 def test_envelope_reoptimizes_the_problems_capacity_factors():
     """A problem's sensitivity envelope re-optimizes its capacity factors with the rest of
     the strategy: at the uncapped optimum (capacity 1), re-optimized under a 1 % cap on the

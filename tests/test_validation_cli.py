@@ -153,6 +153,7 @@ def test_stored_ablation_candidates_match_their_definitions():
     assert ABLATION_SETS[chosen[0]] == (DEFAULT_PARAMS, {})
 
 
+@pytest.mark.slow
 def test_ablation_candidates_run_in_their_own_processes():
     """``run_ablation(processes=True)`` (what ``--ablation`` uses) fits each candidate in a
     fresh spawned interpreter, with real processes: the child's fit equals the in-process
