@@ -19,10 +19,17 @@ mkdir -p "$RUN"
 cp "$REPO/experiments/configs/gpt3-175b-a100.toml" "$RUN/run.toml"
 cp "$REPO/experiments/problems/llama3-8b-64xh100-step.toml" "$RUN/problem.toml"  # 1,152 points
 cp "$REPO/experiments/configs/llama3-70b-h100-gb200-sites.toml" "$RUN/sites.toml"
+# The packaged Megatron-Bridge rows of Llama 3 8B (12 rows, both containers, four systems):
+# a data file of the user's own, validated in about a minute instead of the whole file's four.
+"$PYTHON" - "$REPO/codesign/data/measured_runs_megatron_bridge_2025.json" "$RUN/rows.json" <<'PY'
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1])) if "_LLAMA3_8B_" in r["id"]]
+json.dump(rows, open(sys.argv[2], "w"), indent=1)
+PY
 
 # The commands and the words their output must contain.  The validate line is kept short
-# (one random split, 50 Adam steps): it checks that the command and its data work, not the
-# calibration itself.
+# (12 rows, one random split, 50 Adam steps): it checks that the command and a data file
+# work, not the calibration itself.
 CHECKS=(
   "--help|evaluate|sweep|optimize|sites|validate"
   "presets accelerators|h100-sxm5-80gb"
@@ -30,7 +37,7 @@ CHECKS=(
   "sites sites.toml --balance|balance loss|balanced over"
   "sweep problem.toml --no-progress|exact optimum of the grid|exact evaluations  1,152"
   "optimize problem.toml --no-progress --steps 30 --starts 4 --method relaxed|relaxed objective|exact evaluations"
-  "validate --no-report --random-splits 1 --steps 50 --data $REPO/codesign/data/measured_runs_megatron_bridge_2025.json|MAPE|Held-out"
+  "validate --no-report --random-splits 1 --steps 50 --data rows.json|MAPE|Held-out"
 )
 
 t0=$SECONDS

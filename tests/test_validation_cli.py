@@ -227,3 +227,26 @@ def test_stored_report_lists_the_expected_error_of_every_setting():
             for kind, h in kinds.items():
                 row = f"| {gen} | {stack} | {kind} | {h['rows']} | {h['mape_pct']:.1f} | "
                 assert row in md, row
+
+
+@pytest.mark.slow
+def test_a_split_with_nothing_to_fit_is_skipped_and_said():
+    """A small data file can leave a split nothing to train on (here every row is from 25.11,
+    so fitting without 25.11 has no rows): the split is skipped and the progress says so, and
+    the others run (it used to stop in the fit with "weights must be [N] ... not all zero")."""
+    from codesign.calibration._validate import run_validation
+
+    rows = [
+        r
+        for r in calibration.load_rows(
+            calibration.DATA_PATH.parent / "measured_runs_megatron_bridge_2025.json"
+        )
+        if "25.11_DGX-B200_LLAMA3_8B" in r["id"]
+    ]
+    assert rows and all("25.11" in r["id"] for r in rows)
+    said = []
+    out = run_validation(
+        rows, steps=2, random_splits=0, splits=["container", "all"], progress=said.append
+    )
+    assert [s["kind"] for s in out["splits"]] == ["all"]
+    assert any(m.startswith("skipped: container") and "no training rows" in m for m in said)

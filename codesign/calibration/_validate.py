@@ -104,8 +104,11 @@ def run_validation(
         all_splits = [s for s in all_splits if s["kind"] in splits or s["name"] in splits]
     results = []
     for sp in all_splits:
-        say(f"calibrating: {sp['name']} ({int(sp['train'].sum())} training rows)")
         w = source_weights(points, sp["train"], weighting)
+        if not np.any(w > 0):  # a small data file: nothing left to fit once the split holds out
+            say(f"skipped: {sp['name']} (no training rows)")
+            continue
+        say(f"calibrating: {sp['name']} ({int(sp['train'].sum())} training rows)")
         fit = calibrate(
             cfgs,
             meas,
