@@ -20,7 +20,7 @@ cp "$REPO/experiments/configs/gpt3-175b-a100.toml" "$RUN/run.toml"
 cp "$REPO/experiments/problems/llama3-8b-64xh100-step.toml" "$RUN/problem.toml"  # 1,152 points
 cp "$REPO/experiments/configs/llama3-70b-h100-gb200-sites.toml" "$RUN/sites.toml"
 # The packaged Megatron-Bridge rows of Llama 3 8B (12 rows, both containers, four systems):
-# a data file of the user's own, validated in about a minute instead of the whole file's four.
+# a data file of the user's own, validated in about a minute (the whole file takes about four).
 "$PYTHON" - "$REPO/codesign/data/measured_runs_megatron_bridge_2025.json" "$RUN/rows.json" <<'PY'
 import json, sys
 rows = [r for r in json.load(open(sys.argv[1])) if "_LLAMA3_8B_" in r["id"]]

@@ -234,14 +234,11 @@ def test_a_split_with_nothing_to_fit_is_skipped_and_said():
     """A small data file can leave a split nothing to train on (here every row is from 25.11,
     so fitting without 25.11 has no rows): the split is skipped and the progress says so, and
     the others run (it used to stop in the fit with "weights must be [N] ... not all zero")."""
+    from codesign.calibration._bridge import BRIDGE_DATA_PATH
     from codesign.calibration._validate import run_validation
 
     rows = [
-        r
-        for r in calibration.load_rows(
-            calibration.DATA_PATH.parent / "measured_runs_megatron_bridge_2025.json"
-        )
-        if "25.11_DGX-B200_LLAMA3_8B" in r["id"]
+        r for r in calibration.load_rows(BRIDGE_DATA_PATH) if "25.11_DGX-B200_LLAMA3_8B" in r["id"]
     ]
     assert rows and all("25.11" in r["id"] for r in rows)
     said = []
