@@ -5,7 +5,7 @@ configuration has about 170 of them: that conversion took 0.47 ms of a 0.66 ms c
 :func:`codesign.evaluate`.  :func:`packed_jit` packs them on the host into one float64
 vector (the tree and every leaf's shape static), so a call transfers one array and the
 compiled program slices it back into the leaves.  Calls whose leaves are not all Python
-floats and float64 NumPy arrays (device arrays, other dtypes) take the plain ``jax.jit``.
+floats and float64 NumPy arrays (device arrays, other dtypes) take the plain jit.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ import math
 import jax
 import numpy as np
 
+from codesign._compile import jit
+
 __all__ = ["packed_jit"]
 
 
 def packed_jit(fn):
-    """``jax.jit(fn)`` that packs host float leaves into one array per call (same values).
+    """A jit of ``fn`` (:func:`codesign._compile.jit`) packing host float leaves into one array.
 
     Example:
         >>> import numpy as np
@@ -37,8 +39,8 @@ def packed_jit(fn):
             i += n
         return fn(*jax.tree_util.tree_unflatten(treedef, leaves))
 
-    packed = jax.jit(unpack, static_argnums=(1,))
-    plain = jax.jit(fn)
+    packed = jit(unpack, static_argnums=(1,))
+    plain = jit(fn)
 
     def call(*args):
         leaves, treedef = jax.tree_util.tree_flatten(args)

@@ -26,9 +26,8 @@ of tiers): they are grouped by tree structure, each group's specs are stacked in
 with ``[B]``-shaped leaves (``jax.tree.map(lambda *x: jnp.stack(x), ...)``) and evaluated with
 ``jax.vmap(evaluate_unchecked)``; all groups are summed in one jitted loss.  The whole
 optimization (Adam with a cosine learning-rate schedule, then optionally L-BFGS) runs inside
-one ``jax.lax.scan`` under ``jax.jit`` (see the project's JAX practices notes, ``../shared/design/jax-practices.md``,
-"Optimisation loops"), so it is deterministic: the same inputs give the same result, bit for
-bit, on the same machine.  Row weights are a dynamic input, so fitting different splits of the
+one ``jax.lax.scan`` under ``jax.jit`` (the JAX practices notes, "Optimisation loops"), so it
+is deterministic: the same inputs give the same result, bit for bit, on the same machine.  Row weights are a dynamic input, so fitting different splits of the
 same rows (weight 0 = held out) reuses one compiled program.
 
 Example (synthetic: recover ``gemm_max`` from times the model itself produced):
@@ -60,6 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from codesign._compile import jit
 from codesign.calibration._grouping import TIED, _resolve
 from codesign.specs import Efficiency
 from codesign.step import evaluate_unchecked
@@ -316,7 +316,7 @@ def _group_times(values: dict, stacked: tuple, index: dict):
     return jax.vmap(evaluate_unchecked)(*_apply(values, stacked, index)).step_time_s
 
 
-@jax.jit
+@jit
 def _predict_jit(values, stacked_list, index_list):
     return [_group_times(values, s, ix) for s, ix in zip(stacked_list, index_list, strict=True)]
 
@@ -441,7 +441,7 @@ def _make_fit(names: tuple, steps: int, lbfgs_steps: int, lr: float, clip: float
         total, data = objective(u, stacked_list, index_list, logm_list, w_list, prior)
         return u, (jnp.concatenate(hist) if hist else jnp.zeros((0,))), total, data
 
-    return jax.jit(fit)
+    return jit(fit)
 
 
 def calibrate(

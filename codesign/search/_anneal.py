@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from codesign._compile import jit
 from codesign.search import _relax as relax
 from codesign.search._problem import Problem
 from codesign.specs import RECOMPUTE_MODES, ZERO_STAGES
@@ -94,7 +95,7 @@ def _compiled_init(settings: Settings, space: relax.Space):
         p = relax.init_params(key, space, settings.init_scale)
         return p, opt.init(p)
 
-    return jax.jit(jax.vmap(one))
+    return jit(jax.vmap(one))
 
 
 @functools.cache
@@ -118,7 +119,7 @@ def _compiled_segment(settings: Settings, length: int, space: relax.Space):
         return p, st, hist
 
     opts = {"xla_backend_optimization_level": 0} if settings.fast_compile else None
-    return jax.jit(jax.vmap(one, in_axes=(0, 0, None, 0, None)), compiler_options=opts)
+    return jit(jax.vmap(one, in_axes=(0, 0, None, 0, None)), compiler_options=opts)
 
 
 def categorical_combos(problem: Problem) -> list[tuple]:

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from codesign._compile import jit
 from codesign.rules import (
     CONSTRAINTS,
     active_constraints,
@@ -138,7 +139,7 @@ def _compiled_points(objective: str, fast_compile: bool = False, active=None):
         return jax.vmap(point)(cols)
 
     opts = {"xla_backend_optimization_level": 0} if fast_compile else None
-    return jax.jit(run, compiler_options=opts)
+    return jit(run, compiler_options=opts)
 
 
 class ExactEvaluator:

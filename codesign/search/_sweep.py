@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+from codesign._compile import jit
 from codesign.rules import CONSTRAINTS, active_constraints, caps_of, with_derived_dp
 from codesign.search._evaluator import CHECKS, base_specs, exact_point
 from codesign.search._grid import OBJECTIVES, axis_table, config_at, set_leaf, take
@@ -180,7 +181,7 @@ def _compiled_call(
         out = run(base, tables, inner_vals, inner_idx, bounds, starts[0])
         return jax.tree_util.tree_map(lambda x: x[None], out)
 
-    return jax.jit(
+    return jit(
         jax.shard_map(
             sharded,
             mesh=mesh,

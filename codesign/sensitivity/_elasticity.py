@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from codesign._compile import jit
 from codesign.search._grid import specs_of
 from codesign.sensitivity._params import Parameter, _covering_tiers, apply_scales, neighbour_scales
 from codesign.smoothing import EXACT
@@ -83,7 +84,7 @@ def _programs(paths: tuple, covering: tuple, objectives: tuple):
         return f0, jac, r.fits, r.breakdown_s, r.step_time_s
 
     batch = jax.vmap(values, in_axes=(None, 0))
-    return jax.jit(first), jax.jit(batch)
+    return jit(first), jit(batch)
 
 
 class Model:

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from codesign._compile import jit
 from codesign.search._grid import specs_of
 from codesign.sensitivity._elasticity import KINK_ABS, KINK_REL, OBJECTIVES, _report
 from codesign.sensitivity._params import (
@@ -159,7 +160,7 @@ def _curve_program(paths: tuple, covering: tuple, objective: str):
         r = _report(apply_scales(base, params, s, covering))
         return fn(r), r.fits, r.exposed_comm_s["dp_beyond_window"]
 
-    return jax.jit(jax.vmap(one, in_axes=(None, 0)))
+    return jit(jax.vmap(one, in_axes=(None, 0)))
 
 
 def _evaluate(cfg, prm: Parameter, objective: str, scales) -> tuple:

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from codesign._compile import jit
 from codesign.rules import active_constraints, caps_of, valid_mask, with_derived_dp
 from codesign.search._evaluator import exact_point
 from codesign.search._grid import axis_table, set_leaf, specs_of
@@ -127,7 +128,7 @@ def _program(paths: tuple, covering: tuple, objective: str, active: tuple):
 
         return jax.lax.map(at_scale, scales)
 
-    return jax.jit(run)
+    return jit(run)
 
 
 def strategy_values_at(cfg, paths: tuple, scales, cols: dict, objective: str, constraints=None):

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from codesign._compile import jit
 from codesign.rules import CONSTRAINTS, active_constraints, caps_of, constrained_quantities
 from codesign.search._grid import OBJECTIVES, get_leaf, set_leaf, specs_of
 from codesign.sensitivity._elasticity import _report
@@ -171,7 +172,7 @@ def _program(knobs: tuple, objective: str, active: tuple, inner_steps: int):
         jg = jax.jacfwd(lambda z: constraints(base, z, caps))(z)
         return gf, jg
 
-    return jax.jit(solve), jax.jit(measure), jax.jit(kkt)
+    return jit(solve), jit(measure), jit(kkt)
 
 
 def solve_continuous(

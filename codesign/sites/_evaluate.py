@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from codesign import pipeline
+from codesign._compile import jit
 from codesign.collectives import tier_bytes_per_s
 from codesign.compute import peak_flops
 from codesign.cost import CLUSTER_COST_KEYS, cluster_cost, to_train, tokens_to_train
@@ -291,10 +292,10 @@ def evaluate_sites_unchecked(job: Sites, smoothing: Smoothing = EXACT, homogeneo
     )
 
 
-_evaluate_jit = jax.jit(evaluate_sites_unchecked, static_argnums=(2,))
+_evaluate_jit = jit(evaluate_sites_unchecked, static_argnums=(2,))
 
 
-@functools.partial(jax.jit, static_argnums=(1,))
+@functools.partial(jit, static_argnums=(1,))
 def site_table(job: Sites, i: int, shares):
     """:func:`site_parts` of site ``i`` at each of ``shares`` (exact; one compiled program per
     structure and length)."""

@@ -9,6 +9,7 @@ import math
 import jax
 import numpy as np
 
+from codesign._compile import jit
 from codesign.sites._balance import balance, even_shares
 from codesign.sites._config import check_sites
 from codesign.sites._evaluate import evaluate_sites_unchecked
@@ -17,7 +18,7 @@ from codesign.specs import SpecError
 
 MAX_COMBOS = 50_000
 
-_batched = jax.jit(jax.vmap(functools.partial(evaluate_sites_unchecked, homogeneous=False)))
+_batched = jit(jax.vmap(functools.partial(evaluate_sites_unchecked, homogeneous=False)))
 
 
 def strategy_grid(
