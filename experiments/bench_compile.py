@@ -7,8 +7,8 @@ processes under both settings, alternating (the shared machine is noisy), and pr
 * the first ``codesign.evaluate`` of a dense and of an MoE configuration (trace + compile + run:
   what a user waits for): GPT-3 175B on 1024 A100 and DeepSeek-V3 on 256 H100;
 * the warm one-at-a-time ``codesign.evaluate`` rate;
-* two sweeps of GPT-3 175B (cold with compile, warm throughput as the best of three calls), the
-  grids of ``bench_evaluate.py``, float32, sharded over one CPU device per core;
+* the two sweeps of ``bench_evaluate.py`` (GPT-3 175B; cold with compile, warm throughput as the
+  best of three calls), float32, sharded over one CPU device per core;
 * the process's max RSS;
 * whether every printed value is the same, bit for bit, under both settings;
 * with ``--tests``, the wall time of a subset of the fast test tier under both settings.
@@ -16,7 +16,7 @@ processes under both settings, alternating (the shared machine is noisy), and pr
 "default" sets ``--xla_cpu_use_fusion_emitters=true`` in ``XLA_FLAGS`` (the user's setting
 wins over codesign's, so this is XLA's own default); "codesign" leaves it to the library.
 
-Usage: python experiments/bench_compile.py [--repeats N] [--tests]
+Usage: python experiments/bench_compile.py [--repeats N] [--tests] [--quick]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ TEST_SUBSET = [
 ]
 
 
-def child() -> None:
+def child(quick: bool) -> None:
     """One process's measurements, printed as one JSON line."""
     import resource
 
@@ -78,33 +78,10 @@ def child() -> None:
         cd.evaluate(*specs).step_time_s.block_until_ready()
     out["warm evaluate (configs/s)"] = n / (time.perf_counter() - t0)
 
-    import numpy as np
+    from bench_evaluate import grids  # this script's folder is on sys.path
 
-    grids = {
-        "co-design grid": {
-            "strategy.tp": [1, 2, 4, 8],
-            "strategy.pp": [1, 2, 4, 8, 16, 32],
-            "strategy.microbatch": [1, 2, 4],
-            "strategy.interleave": [1, 2, 3, 4],
-            "strategy.recompute": ["none", "selective", "full"],
-            "strategy.zero": [0, 1, 2, 3],
-            "system.tiers[0].bandwidth_gbps": list(np.linspace(50, 900, 10)),
-            "system.tiers[1].bandwidth_gbps": list(np.linspace(6.25, 100, 100)),
-            "system.tiers[1].latency_us": [2.0, 5.0, 10.0],
-        },
-        "strategy grid": {
-            "strategy.tp": [1, 2, 4, 8, 16],
-            "strategy.pp": [1, 2, 4, 8, 16, 32, 64],
-            "strategy.cp": [1, 2, 4, 8],
-            "strategy.microbatch": [1, 2, 3, 4, 6, 8, 12, 16],
-            "strategy.interleave": [1, 2, 3, 4, 6, 8],
-            "strategy.recompute": ["none", "selective", "full"],
-            "strategy.zero": [0, 1, 2, 3],
-            "strategy.sequence_parallel": [0.0, 1.0],
-        },
-    }
     base = cfgs["gpt3-175b / 1024 a100"]
-    for name, axes in grids.items():
+    for name, axes in grids(quick).items():
         t0 = time.perf_counter()
         sweep(base, axes, progress=False)
         out[f"{name}: cold (s)"] = time.perf_counter() - t0
@@ -125,9 +102,9 @@ def _env(mode: str) -> dict:
     return env
 
 
-def run_child(mode: str) -> dict:
+def run_child(mode: str, quick: bool) -> dict:
     proc = subprocess.run(
-        [sys.executable, __file__, "--child"],
+        [sys.executable, __file__, "--child", *(["--quick"] if quick else [])],
         env=_env(mode),
         capture_output=True,
         text=True,
@@ -155,16 +132,17 @@ def main() -> None:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--repeats", type=int, default=2, help="runs per setting, alternating")
     ap.add_argument("--tests", action="store_true", help="also time a subset of the fast tests")
+    ap.add_argument("--quick", action="store_true", help="the smaller grids (smoke run)")
     args = ap.parse_args()
     if args.child:
-        child()
+        child(args.quick)
         return
     runs: dict = {m: [] for m in MODES}
     tests: dict = {m: [] for m in MODES}
     for i in range(args.repeats):
         for mode in MODES:
             print(f"run {i + 1}/{args.repeats}: {mode} ...", flush=True)
-            runs[mode].append(run_child(mode))
+            runs[mode].append(run_child(mode, args.quick))
             if args.tests:
                 tests[mode].append(run_tests(mode))
     keys = [k for k in runs["default"][0] if k != "values"]

@@ -35,7 +35,6 @@ def main() -> None:
     args = ap.parse_args()
     if args.x64:
         jax.config.update("jax_enable_x64", True)
-    import numpy as np
 
     import codesign as cd
     from codesign.search import sweep
@@ -49,37 +48,10 @@ def main() -> None:
         f"base: {cfg.names['model']} on {int(cfg.system.num_accelerators)} x {cfg.names['accelerator']}\n"
     )
 
-    strategy_axes = {
-        "strategy.tp": [1, 2, 4, 8],
-        "strategy.pp": [1, 2, 4, 8, 16, 32],
-        "strategy.microbatch": [1, 2, 4],
-        "strategy.interleave": [1, 2, 3, 4],
-        "strategy.recompute": ["none", "selective", "full"],
-        "strategy.zero": [0, 1, 2, 3],
-    }
-    nb = 10 if args.quick else 100
-    network_axes = {
-        "system.tiers[0].bandwidth_gbps": list(np.linspace(50, 900, 10)),
-        "system.tiers[1].bandwidth_gbps": list(np.linspace(6.25, 100, nb)),
-        "system.tiers[1].latency_us": [2.0, 5.0, 10.0],
-    }
-    codesign_grid = {**strategy_axes, **network_axes}
-    big_strategy = {
-        "strategy.tp": [1, 2, 4, 8, 16],
-        "strategy.pp": [1, 2, 4, 8, 16, 32, 64],
-        "strategy.cp": [1, 2, 4, 8],
-        "strategy.microbatch": [1, 2, 3, 4, 6, 8, 12, 16],
-        "strategy.interleave": [1, 2, 3, 4, 6, 8],
-        "strategy.recompute": ["none", "selective", "full"],
-        "strategy.zero": [0, 1, 2, 3],
-        "strategy.sequence_parallel": [0.0, 1.0],
-        "strategy.overlap_dp": [0.0, 1.0],
-        "strategy.placement": [["tp", "cp", "ep", "dp", "pp"], ["tp", "cp", "ep", "pp", "dp"]],
-    }
-    if args.quick:
-        big_strategy["strategy.microbatch"] = [1, 2]
+    grids_ = grids(args.quick)
+    codesign_grid = grids_["co-design grid"]
     rows = []
-    for name, axes in (("co-design grid", codesign_grid), ("strategy-only grid", big_strategy)):
+    for name, axes in grids_.items():
         t0 = time.perf_counter()
         res = sweep(cfg, axes, progress=False)
         cold = time.perf_counter() - t0
@@ -121,6 +93,42 @@ def main() -> None:
         print(f"{name:<20} {npts:>12,} {nv:>10,} {cold:>8.2f} {warm:>8.3f} {rate / 1e6:>12.2f}")
     print("reference: Calculon (pure-Python analytical model) ~500 configs/s")
     sys.stdout.flush()
+
+
+def grids(quick: bool = False) -> dict:
+    """The two benchmark grids of GPT-3 175B (``--quick``: smaller), by name."""
+    import numpy as np
+
+    strategy_axes = {
+        "strategy.tp": [1, 2, 4, 8],
+        "strategy.pp": [1, 2, 4, 8, 16, 32],
+        "strategy.microbatch": [1, 2, 4],
+        "strategy.interleave": [1, 2, 3, 4],
+        "strategy.recompute": ["none", "selective", "full"],
+        "strategy.zero": [0, 1, 2, 3],
+    }
+    nb = 10 if quick else 100
+    network_axes = {
+        "system.tiers[0].bandwidth_gbps": list(np.linspace(50, 900, 10)),
+        "system.tiers[1].bandwidth_gbps": list(np.linspace(6.25, 100, nb)),
+        "system.tiers[1].latency_us": [2.0, 5.0, 10.0],
+    }
+    codesign_grid = {**strategy_axes, **network_axes}
+    big_strategy = {
+        "strategy.tp": [1, 2, 4, 8, 16],
+        "strategy.pp": [1, 2, 4, 8, 16, 32, 64],
+        "strategy.cp": [1, 2, 4, 8],
+        "strategy.microbatch": [1, 2, 3, 4, 6, 8, 12, 16],
+        "strategy.interleave": [1, 2, 3, 4, 6, 8],
+        "strategy.recompute": ["none", "selective", "full"],
+        "strategy.zero": [0, 1, 2, 3],
+        "strategy.sequence_parallel": [0.0, 1.0],
+        "strategy.overlap_dp": [0.0, 1.0],
+        "strategy.placement": [["tp", "cp", "ep", "dp", "pp"], ["tp", "cp", "ep", "pp", "dp"]],
+    }
+    if quick:
+        big_strategy["strategy.microbatch"] = [1, 2]
+    return {"co-design grid": codesign_grid, "strategy-only grid": big_strategy}
 
 
 def _sweep_temp_bytes(sw, cfg, axes) -> int:

@@ -43,3 +43,19 @@ def test_bench_evaluate_quick_runs():
     assert mib >= 0
     steps = [float(s) for s in re.findall(r"best step ([0-9.]+) s", text)]
     assert len(steps) == 2 and all(s > 0 for s in steps)
+
+
+@pytest.mark.slow
+def test_bench_compile_quick_runs_both_settings_and_finds_the_same_values():
+    """``experiments/bench_compile.py --quick --repeats 1``: both settings run in their own
+    processes, every measure prints, and the values agree bit for bit (the compiler options
+    change compile time only)."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    cmd = [sys.executable, str(ROOT / "experiments" / "bench_compile.py"), "--quick"]
+    out = subprocess.run(
+        [*cmd, "--repeats", "1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    for needle in ("first evaluate, deepseek-v3", "co-design grid: warm", "max RSS (GB)"):
+        assert needle in out.stdout, needle
+    assert "same values, bit for bit, in every run: True" in out.stdout
