@@ -27,8 +27,9 @@ with ``[B]``-shaped leaves (``jax.tree.map(lambda *x: jnp.stack(x), ...)``) and 
 ``jax.vmap(evaluate_unchecked)``; all groups are summed in one jitted loss.  The whole
 optimization (Adam with a cosine learning-rate schedule, then optionally L-BFGS) runs inside
 one ``jax.lax.scan`` under ``jax.jit`` (the JAX practices notes, "Optimisation loops"), so it
-is deterministic: the same inputs give the same result, bit for bit, on the same machine.  Row weights are a dynamic input, so fitting different splits of the
-same rows (weight 0 = held out) reuses one compiled program.
+is deterministic: the same inputs give the same result, bit for bit, on the same machine.  Row
+weights are a dynamic input, so fitting different splits of the same rows (weight 0 = held
+out) reuses one compiled program.
 
 Example (synthetic: recover ``gemm_max`` from times the model itself produced):
 
