@@ -25,11 +25,10 @@ row (e.g. ``("nvlink3", "ib-hdr-200")``; ``None`` keeps that tier's own value).
 of tiers): they are grouped by tree structure, each group's specs are stacked into one pytree
 with ``[B]``-shaped leaves (``jax.tree.map(lambda *x: jnp.stack(x), ...)``) and evaluated with
 ``jax.vmap(evaluate_unchecked)``; all groups are summed in one jitted loss.  The whole
-optimization (Adam with a cosine learning-rate schedule, then optionally L-BFGS) runs inside
-one ``jax.lax.scan`` under ``jax.jit`` (the JAX practices notes, "Optimisation loops"), so it
-is deterministic: the same inputs give the same result, bit for bit, on the same machine.  Row
-weights are a dynamic input, so fitting different splits of the same rows (weight 0 = held
-out) reuses one compiled program.
+optimization (Adam with a cosine schedule, then optionally L-BFGS) is one ``jax.lax.scan``
+under ``jax.jit``, so it is deterministic: the same inputs give the same result, bit for bit,
+on the same machine.  Row weights are a dynamic input, so fitting different splits of the
+same rows (weight 0 = held out) reuses one compiled program.
 
 Example (synthetic: recover ``gemm_max`` from times the model itself produced):
 
