@@ -78,14 +78,13 @@ class _LazyJit:
         return getattr(self._get(), name)
 
 
-def jit(fn=None, **kwargs):
-    """``jax.jit(fn, **kwargs)`` with :func:`compiler_options` (usable as a decorator).
+def jit(fn, **kwargs):
+    """``jax.jit(fn, **kwargs)`` with :func:`compiler_options` (``@jit`` or, with arguments,
+    ``@functools.partial(jit, static_argnums=...)``, as for ``jax.jit``).
 
     Example:
         >>> f = jit(lambda x, n: x * n, static_argnums=(1,))
         >>> float(f(2.0, 3))
         6.0
     """
-    if fn is None:
-        return functools.partial(jit, **kwargs)
     return _LazyJit(fn, kwargs)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -95,8 +96,7 @@ def child(quick: bool) -> None:
 
 def _env(mode: str) -> dict:
     env = dict(os.environ)
-    flags = env.get("XLA_FLAGS", "").replace("--xla_cpu_use_fusion_emitters=true", "")
-    flags = flags.replace("--xla_cpu_use_fusion_emitters=false", "")
+    flags = re.sub(r"--xla_cpu_use_fusion_emitters=\S*", "", env.get("XLA_FLAGS", ""))
     env["XLA_FLAGS"] = f"{flags} {MODES[mode]}".strip()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
     return env
