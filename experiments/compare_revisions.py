@@ -13,11 +13,15 @@ prints the figures side by side (median over the repeats):
   exhaustive optimum on the quick suite: ratio, wall times, exact evaluations); with
   ``--codesign-only SUBSTRING ...``, the full suite's entries whose label contains one,
   without the random, cold and scaling studies (``--repeats`` alternating runs, medians of
-  the wall times), written to a temporary directory so the stored results stay as they are.
+  the wall times), written to a temporary directory so the stored results stay as they are;
+* ``tests``: the wall time of fast-tier test files (``--test-files``, default the four largest
+  by compile time) under ``pytest -n 2 --dist loadfile -m "not slow"``, each revision running
+  its own copy of the files, and how many tests passed.
 
 Usage:
     python experiments/compare_revisions.py --before 2468f90 [--bench evaluate codesign] [--repeats 3]
         [--codesign-only llama3-70b-accelerator-design ...] [--codesign-max-grid 1.1e9]
+        [--test-files tests/test_model_parts.py ...]
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +49,13 @@ _EVAL_PATTERNS = {
     "sweep_temp_mib": r"XLA temp buffers of one sweep call ([\d.]+) MiB",
 }
 _HIGHER_IS_BETTER = {"codesign_mcfg_s", "strategy_mcfg_s", "one_at_a_time_cfg_s"}
+TEST_FILES = [
+    "tests/test_model_parts.py",
+    "tests/test_step.py",
+    "tests/test_relax.py",
+    "tests/test_hardware_axes.py",
+]
+"""Default files of ``--bench tests``: fast-tier files whose time is mostly compilation."""
 
 
 def _run(tree: Path, args: list[str], timeout: float) -> str:
@@ -100,6 +112,31 @@ def compare_evaluate(before: Path, repeats: int, quick: bool) -> list[str]:
         better = "higher is better" if k in _HIGHER_IS_BETTER else "lower is better"
         lines.append(f"| {k} ({better}) | {b:.4g} | {a:.4g} | {a / b:.3f} |")
     return lines
+
+
+def compare_tests(before: Path, repeats: int, files: list[str]) -> list[str]:
+    """Wall time of the fast tier's ``files`` in each revision, alternating, and the count of
+    passed tests (a revision's run that fails raises)."""
+    cmd = ["-m", "pytest", "-q", "-n", "2", "--dist", "loadfile", "-m", "not slow", *files]
+    runs: dict[str, list[tuple[float, str]]] = {"before": [], "after": []}
+    for i in range(repeats):
+        for name, tree in (("before", before), ("after", ROOT)):
+            t0 = time.perf_counter()
+            out = _run(tree, cmd, 3600)
+            passed = re.findall(r"(\d+) passed", out)
+            runs[name].append((time.perf_counter() - t0, passed[-1] if passed else "?"))
+            print(f"  tests run {i + 1}/{repeats} {name}: {runs[name][-1]}", file=sys.stderr)
+    b = statistics.median(t for t, _ in runs["before"])
+    a = statistics.median(t for t, _ in runs["after"])
+    return [
+        f"fast-tier files ({', '.join(files)}), wall time in s, median of {repeats} alternating "
+        "runs",
+        "",
+        "| figure | before | after | after/before |",
+        "|---|---|---|---|",
+        f"| wall time (lower is better) | {b:.1f} | {a:.1f} | {a / b:.3f} |",
+        f"| tests passed | {runs['before'][-1][1]} | {runs['after'][-1][1]} | - |",
+    ]
 
 
 def _codesign_run(tree: Path, only: list[str] | None, max_grid: float = 1e6) -> dict:
@@ -214,7 +251,16 @@ def main() -> int:
         "--before", required=True, help="git revision to compare with (the working tree is 'after')"
     )
     ap.add_argument(
-        "--bench", nargs="+", default=["evaluate", "codesign"], choices=["evaluate", "codesign"]
+        "--bench",
+        nargs="+",
+        default=["evaluate", "codesign"],
+        choices=["evaluate", "codesign", "tests"],
+    )
+    ap.add_argument(
+        "--test-files",
+        nargs="+",
+        default=TEST_FILES,
+        help="with --bench tests, the test files to time (default: %(default)s)",
     )
     ap.add_argument(
         "--repeats",
@@ -250,6 +296,8 @@ def main() -> int:
             lines += compare_codesign(
                 before, repeats, args.codesign_only, args.codesign_max_grid
             ) + [""]
+        if "tests" in args.bench:
+            lines += compare_tests(before, args.repeats, args.test_files) + [""]
     finally:
         subprocess.run(
             ["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, capture_output=True

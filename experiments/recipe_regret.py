@@ -68,6 +68,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import codesign as cd
+from codesign._compile import jit
 from codesign.calibration._bridge import bridge_key
 from codesign.calibration._rows import (
     calibrated_row_config,
@@ -231,7 +232,7 @@ def structural_points(cfg, vals) -> np.ndarray:
 _COLS = (*STRUCT, *LAYOUT, "recompute", "recompute_fraction", "offload_activations", "zero")
 
 
-@jax.jit
+@jit
 def _eval_chunk(base: dict, cols: dict):
     """``(step_time_s, valid, fits, memory_gb)`` of a chunk of strategies around ``base``."""
 

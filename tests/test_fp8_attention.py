@@ -19,6 +19,7 @@ from conftest import REPO, small_doc
 
 import codesign as cd
 from codesign import memory
+from codesign._compile import jit
 from codesign.compute import QUANT_BYTES, layer_times
 from codesign.smoothing import EXACT, Smoothing
 
@@ -86,7 +87,7 @@ def test_fp8_attention_is_a_dynamic_leaf_with_a_finite_gradient():
     def step(f):
         return cd.evaluate_unchecked(m, tr.replace(fp8_attention=f), sy, st, eff, sm).step_time_s
 
-    fn = jax.jit(step)
+    fn = jit(step)
     ts = [float(fn(jnp.asarray(f))) for f in (0.0, 0.5, 1.0)]
     assert ts[0] > ts[1] > ts[2]
     g = float(jax.grad(step)(jnp.asarray(0.5)))

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import codesign as cd
+from codesign._compile import jit
 from codesign.rules import CONSTRAINTS
 from codesign.search import (
     OBJECTIVES,
@@ -227,7 +228,7 @@ def _loss_and_objectives(params, tau, rho, space, box, base):
 
 
 # One compiled program for tests 1 and 2 (the space is static; caps and bounds are data).
-_value_and_grad = jax.jit(jax.value_and_grad(_loss_and_objectives, has_aux=True), static_argnums=3)
+_value_and_grad = jit(jax.value_and_grad(_loss_and_objectives, has_aux=True), static_argnums=3)
 
 
 def test_relaxed_meets_exact_on_grid_points_of_new_axes(relax_problem):

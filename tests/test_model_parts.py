@@ -19,13 +19,14 @@ import pytest
 from conftest import small_doc
 
 import codesign as cd
+from codesign._compile import jit
 from codesign.search import sweep
 from codesign.search._grid import set_leaf, specs_of
 from codesign.specs import MODEL_PARTS, PART_FIELDS
 from codesign.step import evaluate_unchecked
 from codesign.workload import has_part, needed_parts, with_parts
 
-_jit = jax.jit(evaluate_unchecked)
+_jit = jit(evaluate_unchecked)
 RELAXED = cd.Smoothing(exact=False, tau=0.05)
 
 STRATEGIES = [

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import codesign as cd
+from codesign._compile import jit
 from codesign.search import load_problem_dict, relax
 from codesign.smoothing import Smoothing
 
@@ -24,7 +25,7 @@ INTEGER_POINTS = [
     dict(tp=4, pp=2, dp=8, zero=2, interleave=2, placement=["pp", "tp", "cp", "ep", "dp"]),
 ]
 
-_eval = jax.jit(cd.evaluate_unchecked)
+_eval = jit(cd.evaluate_unchecked)
 
 
 def _objectives(r):
@@ -190,7 +191,7 @@ def test_gradients_finite_in_design_box():
     taus = jnp.geomspace(0.5, 0.003, 64)
     rhos = jnp.geomspace(1.0, 1e3, 64)
 
-    @jax.jit
+    @jit
     def vg(p, tau, rho):
         return jax.vmap(jax.value_and_grad(relax.loss), in_axes=(0, 0, 0, None, None, None))(
             p, tau, rho, space, box, base

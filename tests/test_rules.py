@@ -20,6 +20,7 @@ from hypothesis import strategies as hs
 
 import codesign as cd
 from codesign import rules
+from codesign._compile import jit
 
 DEGREES = [1, 2, 3, 4, 6, 8, 16, 32]
 
@@ -85,7 +86,7 @@ def test_agreement_in_one_vmapped_batch():
     cfgs = [_config(*p) for p in pts]
     host = np.array([_host_ok(*c) for c in cfgs])
     batch = jax.tree.map(lambda *x: jnp.stack([jnp.asarray(v) for v in x]), *cfgs)
-    mask = jax.jit(
+    mask = jit(
         jax.vmap(
             lambda m, tr, sy, st: rules.valid_mask(
                 {"model": m, "training": tr, "system": sy, "strategy": st}

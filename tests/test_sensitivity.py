@@ -14,6 +14,7 @@ import pytest
 from conftest import example_config
 
 import codesign as cd
+from codesign._compile import jit
 from codesign.rules import with_derived_dp
 from codesign.search import set_leaf
 from codesign.search._grid import specs_of
@@ -49,7 +50,7 @@ def _cfg(**strategy):
     )
 
 
-@jax.jit
+@jit
 def _objectives(specs):
     r = cd.evaluate_unchecked(
         specs["model"], specs["training"], specs["system"], specs["strategy"], specs["efficiency"]

@@ -15,6 +15,7 @@ from hypothesis import strategies as hs
 
 import codesign as cd
 from codesign import sites
+from codesign._compile import jit
 from codesign.smoothing import Smoothing
 from codesign.specs import SpecError
 
@@ -383,7 +384,7 @@ def test_checked_sites_compile_only_the_parts_the_model_needs(model):
     assert trimmed.parts is not None and ("moe" in trimmed.parts) == (model == "mixtral-8x7b")
     assert job.model.parts is None
     a = sites.evaluate_sites(job)
-    b = jax.jit(sites.evaluate_sites_unchecked)(job)  # parts=None: every part
+    b = jit(sites.evaluate_sites_unchecked)(job)  # parts=None: every part
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-12, atol=0)
 

@@ -16,6 +16,7 @@ from conftest import example_config, small_config, small_doc, with_tier
 import codesign as cd
 from codesign import step as step_mod
 from codesign import workload
+from codesign._compile import jit
 from codesign.goodput import reliability_preset
 from codesign.search import sweep
 
@@ -152,7 +153,7 @@ def test_vmap_over_strategies():
     ]
     m, tr, sy, _, eff = cfgs[0].specs()
     strategies = stack(*[c.strategy for c in cfgs])
-    batched = jax.jit(jax.vmap(cd.evaluate_unchecked, in_axes=(None, None, None, 0, None)))(
+    batched = jit(jax.vmap(cd.evaluate_unchecked, in_axes=(None, None, None, 0, None)))(
         m, tr, sy, strategies, eff
     )
     for i, c in enumerate(cfgs):
@@ -269,7 +270,7 @@ def test_no_recompilation_when_values_change():
 
     # A fresh jit compiles exactly once for the three bandwidths.  (A new function object:
     # jax shares one compilation cache between jit wrappers of the same function.)
-    fresh = jax.jit(lambda *specs: cd.evaluate_unchecked(*specs))
+    fresh = jit(lambda *specs: cd.evaluate_unchecked(*specs))
     for bw in (12.5, 25.0, 100.0):
         fresh(m, tr, with_tier(sy, 1, bandwidth_gbps=bw), st, eff)
     assert fresh._cache_size() == 1
@@ -283,7 +284,7 @@ def _step_time(m, tr, sy, st, eff):
 
 
 # One compiled gradient for every configuration of the same structure.
-_grad_step_time = jax.jit(jax.grad(_step_time, argnums=(2, 3)))
+_grad_step_time = jit(jax.grad(_step_time, argnums=(2, 3)))
 
 GRAD_CONFIGS = ["gpt3-example", "llama8b-full-zero3-cp", "mixtral-ep", "llama8b-none-zero0-nosp"]
 
@@ -938,7 +939,7 @@ def test_fp8_gathers_quantized_sequence_parallel_inputs():
 
 def test_packed_call_equals_the_plain_jit():
     """``codesign.evaluate`` sends a configuration's ~170 host floats as one packed array
-    (``codesign._dispatch.packed_jit``): every report leaf equals the plain ``jax.jit`` of
+    (``codesign._dispatch.packed_jit``): every report leaf equals the plain (unpacked) jit of
     the same function, exact and relaxed, to rounding (XLA may fuse the two programs
     differently); device-array leaves (the plain path) give the same report."""
     from codesign import workload
