@@ -384,21 +384,24 @@ STRATEGY_NUMBERS = (  # [strategy] keys that are numbers
 )
 
 
-def _parse_strategy(sec: dict, model: Model | None = None) -> Strategy:
-    """The ``[strategy]`` table.  ``recompute_num_layers`` (Megatron's block method: layers
-    recomputed per pipeline chunk) is converted to ``recompute_fraction`` with the model's
-    layers per chunk, ``layers / (pp * interleave)``."""
+def _parse_strategy(
+    sec: dict, model: Model | None = None, num_accelerators: float | None = None
+) -> Strategy:
+    """The ``[strategy]`` table.  ``tp`` and ``pp`` default to 1 and ``dp`` to
+    ``num_accelerators / (tp pp cp)``, as Megatron-Core derives its data-parallel size.
+    ``recompute_num_layers`` (Megatron's block method: layers recomputed per pipeline chunk) is
+    converted to ``recompute_fraction`` with the model's layers per chunk,
+    ``layers / (pp * interleave)``."""
     allowed = {f.name for f in dataclasses.fields(Strategy)} | {"recompute_num_layers"}
     for k in sec:
         if k not in allowed:
             raise SpecError(f"strategy.{k}", sec[k], f"a known key: {', '.join(sorted(allowed))}")
-    for k in ("tp", "pp", "dp"):
-        if k not in sec:
-            raise SpecError(f"strategy.{k}", None, "required")
-    kw = dict(sec)
+    kw = {"tp": 1.0, "pp": 1.0, **sec}
     for k in STRATEGY_NUMBERS:
         if k in kw:
             kw[k] = _number(f"strategy.{k}", kw[k])
+    if "dp" not in kw:
+        kw["dp"] = _derived_dp(kw, num_accelerators)
     for k in STRATEGY_FLAGS:
         if k in kw and not isinstance(kw[k], bool):
             raise SpecError(f"strategy.{k}", kw[k], "true or false")
@@ -422,6 +425,24 @@ def _parse_strategy(sec: dict, model: Model | None = None) -> Strategy:
     return make_strategy(placement=placement, **kw)
 
 
+def _derived_dp(kw: dict, num_accelerators: float | None) -> float:
+    """``num_accelerators / (tp pp cp)`` for a ``[strategy]`` without ``dp``, or a
+    :class:`SpecError` naming the degrees when it is not a positive whole number."""
+    if num_accelerators is None:
+        raise SpecError("strategy.dp", None, "required (no system.num_accelerators to derive it)")
+    shards = kw["tp"] * kw["pp"] * kw.get("cp", 1.0)
+    dp = num_accelerators / shards if shards > 0 else 0.0
+    if dp < 1 or abs(dp - round(dp)) > 1e-9:
+        raise SpecError(
+            "strategy.dp",
+            f"{num_accelerators:g} / (tp {kw['tp']:g} x pp {kw['pp']:g} x cp "
+            f"{kw.get('cp', 1.0):g})",
+            "a whole number >= 1: give dp, or tp, pp and cp whose product divides "
+            "system.num_accelerators",
+        )
+    return float(round(dp))
+
+
 def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
     """Parse a run document (the dict form of a run TOML)."""
     if not isinstance(doc, dict):
@@ -433,7 +454,7 @@ def load_run_dict(doc: dict, check: bool = True) -> RunConfig:
     model, model_name = _parse_model(_section(doc, "model"))
     training = _parse_training(_section(doc, "training"))
     system, sys_names = _parse_system(_section(doc, "system"))
-    strategy = _parse_strategy(_section(doc, "strategy"), model)
+    strategy = _parse_strategy(_section(doc, "strategy"), model, system.num_accelerators)
     eff_sec = _section(doc, "efficiency", required=False)
     eff_name = eff_sec.pop("preset", None)
     stack = eff_sec.pop("stack", None)

@@ -303,6 +303,10 @@ BAD_MORE = {
         good() + "\n[efficiency]\nep_overlap_flex_ratio = 0\n",
         "efficiency.ep_overlap_flex_ratio",
     ),
+    "derived_dp_not_whole": (
+        good().replace("dp = 16\n", "").replace("tp = 2", "tp = 3"),
+        "strategy.dp = '64 / (tp 3 x pp 2 x cp 1)' is invalid: a whole number",
+    ),
 }
 
 
@@ -445,6 +449,23 @@ def test_distributed_without_a_cluster_is_one_line(env, field):
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     assert proc.stderr.startswith(f"codesign: error: {field}"), proc.stderr
+
+
+def test_strategy_degrees_default_as_megatron_derives_them():
+    """``tp`` and ``pp`` default to 1 and ``dp`` to ``num_accelerators / (tp pp cp)``
+    (Megatron-Core's ``data_parallel_size``); a given ``dp`` is still checked, not replaced."""
+    doc = small_doc(cp=2)
+    del doc["strategy"]["dp"]
+    derived = cd.load_run_dict(doc)
+    assert float(derived.strategy.dp) == 64 / (2 * 2 * 2)
+    given = cd.load_run_dict(small_doc(cp=2, dp=8))
+    assert cd.evaluate(*derived.specs()).step_time_s == cd.evaluate(*given.specs()).step_time_s
+    bare = small_doc()
+    bare["strategy"] = {}
+    st = cd.load_run_dict(bare).strategy
+    assert (float(st.tp), float(st.pp), float(st.dp)) == (1.0, 1.0, 64.0)
+    with pytest.raises(cd.SpecError, match="strategy.tp\\*pp\\*dp\\*cp"):
+        cd.load_run_dict(small_doc(dp=8))
 
 
 def test_custom_accelerator_needs_no_fp8_peak_unless_it_trains_in_fp8():
