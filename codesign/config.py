@@ -269,6 +269,11 @@ def _parse_training(sec: dict) -> Training:
     return t
 
 
+_TIER_SHORTHAND = ("scale_up", "scale_up_domain", "scale_out")
+"""``[system]`` keys that replace the accelerator preset's default tiers when no
+``[[system.tiers]]`` is given: the scale-up fabric, its domain and the scale-out fabric."""
+
+
 def _parse_system(sec: dict) -> tuple[System, dict]:
     accel_name = sec.pop("accelerator", None)
     tiers_doc = sec.pop("tiers", None)
@@ -277,7 +282,16 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
     base = (
         _preset("accelerators", accel_name, "system.accelerator") if accel_name is not None else {}
     )
-    preset_meta = {k: base.get(k) for k in ("scale_up", "scale_up_domain", "scale_out")}
+    preset_meta = {k: base.get(k) for k in _TIER_SHORTHAND}
+    shorthand = {k: sec.pop(k) for k in _TIER_SHORTHAND if k in sec}
+    for k, v in shorthand.items():
+        if tiers_doc is not None:
+            raise SpecError(f"system.{k}", v, "not together with [[system.tiers]] (set it there)")
+        if k == "scale_up_domain":
+            v = positive(f"system.{k}", v, integer=True)
+        elif not isinstance(v, str):
+            raise SpecError(f"system.{k}", v, "a fabric preset name (codesign presets fabrics)")
+        preset_meta[k] = v
     listed = dict(base)
     base.update(accel_over)
     base = _with_refs(base, listed, _ACCEL_REFS)
@@ -286,9 +300,12 @@ def _parse_system(sec: dict) -> tuple[System, dict]:
         raise SpecError("system.num_accelerators", None, "required: how many accelerators")
     n = _number("system.num_accelerators", sec["num_accelerators"])
     if tiers_doc is None:
-        if accel_name is None or not preset_meta["scale_up"]:
+        if not all(preset_meta.values()):
             raise SpecError(
-                "system.tiers", None, "at least one [[system.tiers]] table (innermost first)"
+                "system.tiers",
+                None,
+                "at least one [[system.tiers]] table (innermost first), or an accelerator "
+                "preset or system.scale_up, scale_up_domain and scale_out",
             )
         tiers_doc = [
             {"preset": preset_meta["scale_up"], "domain": preset_meta["scale_up_domain"]},

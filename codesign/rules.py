@@ -156,6 +156,17 @@ class Rule:
     allowed: Callable
 
 
+def _domain_hint(sy) -> str:
+    """``; e.g. domain = d``: the largest divisor of the accelerator count within the listed
+    domain (the part of each rack a job uses, as 64 of an NVL72's 72 GPUs for 256 GPUs)."""
+    n, dom = int(sy.num_accelerators), int(sy.tiers[0].domain)
+    if n < 1 or not 1 <= dom <= 100_000 or n != float(sy.num_accelerators):
+        return ""
+    d = max(k for k in range(1, min(dom, n) + 1) if n % k == 0)
+    use = f"{d} of each {dom}-accelerator domain used"
+    return f"; e.g. system.scale_up_domain = {d} or that tier's domain: {use}" if d > 1 else ""
+
+
 def _divides(xp, a, b):
     """``a`` divides ``b`` (both positive integers stored as floats)."""
     return (xp.mod(b, a) == 0) & (a >= 1)
@@ -287,7 +298,8 @@ RULES: tuple[Rule, ...] = (
         ),
         lambda m, tr, sy, st: sy.tiers[0].domain,
         lambda m, tr, sy, st: (
-            f"a divisor of num_accelerators = {_g(sy.num_accelerators)} (whole scale-up domains)"
+            f"a divisor of num_accelerators = {_g(sy.num_accelerators)} (whole scale-up domains"
+            f"{_domain_hint(sy)})"
         ),
     ),
     Rule(

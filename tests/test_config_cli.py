@@ -7,6 +7,8 @@ import math
 import subprocess
 import sys
 
+import jax
+import numpy as np
 import pytest
 from conftest import EXAMPLE_TOML, REPO, small_doc
 
@@ -466,6 +468,35 @@ def test_strategy_degrees_default_as_megatron_derives_them():
     assert (float(st.tp), float(st.pp), float(st.dp)) == (1.0, 1.0, 64.0)
     with pytest.raises(cd.SpecError, match="strategy.tp\\*pp\\*dp\\*cp"):
         cd.load_run_dict(small_doc(dp=8))
+
+
+def test_system_tier_shorthand_replaces_the_presets_default_tiers():
+    """``system.scale_up_domain`` (and ``scale_up``, ``scale_out``) replace the accelerator
+    preset's default tiers: 256 GB300 use 64 GPUs of each NVL72 rack, as the explicit tiers
+    do; the error for 72 suggests it; with ``[[system.tiers]]`` the shorthand is an error."""
+
+    def doc(**system):
+        d = small_doc(tp=1, pp=1, dp=256)
+        d["system"] = {"accelerator": "gb300", "num_accelerators": 256, **system}
+        return d
+
+    with pytest.raises(cd.SpecError, match="system.scale_up_domain = 64 or that tier's domain"):
+        cd.load_run_dict(doc())
+    short = cd.load_run_dict(doc(scale_up_domain=64, scale_out="ib-ndr-400"))
+    tiers = [
+        {"preset": "nvlink5-nvl72", "domain": 64},
+        {"preset": "ib-ndr-400", "domain": 256},
+    ]
+    explicit = cd.load_run_dict(doc(tiers=tiers))
+    for x, y in zip(*(jax.tree.leaves(c.system) for c in (short, explicit)), strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert short.names["tiers"] == explicit.names["tiers"] == ["nvlink5-nvl72", "ib-ndr-400"]
+    with pytest.raises(cd.SpecError, match="system.scale_up_domain .* not together"):
+        cd.load_run_dict(doc(scale_up_domain=64, tiers=tiers))
+    with pytest.raises(cd.SpecError, match="system.scale_up_domain = 0"):
+        cd.load_run_dict(doc(scale_up_domain=0))
+    with pytest.raises(cd.SpecError, match="system.scale_out = 800 .* fabric preset name"):
+        cd.load_run_dict(doc(scale_up_domain=64, scale_out=800))
 
 
 def test_custom_accelerator_needs_no_fp8_peak_unless_it_trains_in_fp8():
