@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from codesign.config import STRATEGY_FLAGS, STRATEGY_NUMBERS
+from codesign._strategy_table import STRATEGY_FLAGS, STRATEGY_NUMBERS
 from codesign.goodput import Reliability, blast_radius_name
 from codesign.pricing import Pricing
 from codesign.specs import (

@@ -41,7 +41,7 @@ def strategy_grid(
 def _site_strategy(job: Sites, i: int, table: dict):
     """Site ``i``'s :class:`~codesign.specs.Strategy` from a table (``dp`` derived), or None
     when the degrees do not divide its accelerator count."""
-    from codesign.config import _parse_strategy
+    from codesign._strategy_table import _parse_strategy
 
     n = float(job.sites[i].system.num_accelerators)
     cp = float(table.get("cp", 1))
