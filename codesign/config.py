@@ -30,6 +30,7 @@ from codesign._catalog import (
     catalog_dir,
     data_dir,
 )
+from codesign._overrides import apply_sets
 from codesign._strategy_table import _parse_strategy
 from codesign.accuracy import held_out_error
 from codesign.goodput import default_reliability_preset, reliability_preset
@@ -532,6 +533,7 @@ def read_toml(path: str | os.PathLike, field: str) -> dict:
         raise SpecError(field, str(p), f"valid TOML ({e})") from None
 
 
-def load_run(path: str | os.PathLike) -> RunConfig:
-    """Parse and check a run TOML file."""
-    return load_run_dict(read_toml(path, "config"))
+def load_run(path: str | os.PathLike, sets=()) -> RunConfig:
+    """Parse and check a run TOML file, with the ``KEY=VALUE`` overrides ``sets`` applied
+    first (:func:`codesign._overrides.apply_sets`)."""
+    return load_run_dict(apply_sets(read_toml(path, "config"), sets))

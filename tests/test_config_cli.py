@@ -499,6 +499,30 @@ def test_system_tier_shorthand_replaces_the_presets_default_tiers():
         cd.load_run_dict(doc(scale_up_domain=64, scale_out=800))
 
 
+def test_set_overrides_a_key_as_editing_the_file_would(tmp_path, capsys):
+    """``--set KEY=VALUE`` (TOML values, ``[i]`` into an array of tables) gives the report of
+    the edited file; a malformed override is one line, exit 2."""
+    sets = ["--set", "system.tiers[1].bandwidth_gbps=100", "--set", "strategy.tp=4"]
+    assert main(["evaluate", str(write(tmp_path, good(dp=8))), "--json", *sets]) == 0
+    got = json.loads(capsys.readouterr().out)
+    edited = write(tmp_path, good(bw=100.0, tp=4, dp=8), "edited.toml")
+    assert main(["evaluate", str(edited), "--json"]) == 0
+    assert got == json.loads(capsys.readouterr().out)
+    for bad, why in [
+        ("strategy.tp", "KEY=VALUE"),
+        ("system.tiers[5].domain=8", "system.tiers has 2 table(s)"),
+        ("strategy.tp.x=1", "strategy.tp is a value"),
+    ]:
+        assert main(["evaluate", str(edited), "--set", bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("codesign: error: --set") and why in err and "\n" not in err
+    pb = cd.search.load_problem(
+        REPO / "experiments/problems/gpt3-175b-a100-codesign-cost.toml",
+        ["title=what if", 'model.preset="llama3-8b"'],
+    )
+    assert pb.title == "what if" and float(pb.cfg.model.layers) == 32
+
+
 def test_custom_accelerator_needs_no_fp8_peak_unless_it_trains_in_fp8():
     doc = {
         "model": {"preset": "llama3-8b"},

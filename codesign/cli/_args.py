@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-__all__ = ["Parser", "positive_int"]
+__all__ = ["Parser", "add_set_argument", "positive_int"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -26,3 +26,16 @@ def positive_int(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"{v} is invalid: a positive integer")
     return v
+
+
+def add_set_argument(p) -> None:
+    """``--set KEY=VALUE`` (repeatable): override a key of the TOML file before it is read
+    (:func:`codesign._overrides.apply_sets`)."""
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key of the file, e.g. --set strategy.tp=4 --set "
+        "system.tiers[1].bandwidth_gbps=100 (repeatable; the value is read as TOML)",
+    )

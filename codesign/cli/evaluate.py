@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from codesign.cli._args import add_set_argument
+
 __all__ = ["register"]
 
 
@@ -12,7 +14,7 @@ def _cmd_evaluate(args) -> int:
     from codesign.report import format_report, report_to_dict
     from codesign.step import evaluate
 
-    cfg = load_run(args.run)
+    cfg = load_run(args.run, args.set)
     report = evaluate(*cfg.specs())
     d = report_to_dict(report, cfg)
     print(json.dumps(d, indent=2) if args.json else format_report(d, cfg))
@@ -93,6 +95,7 @@ def register(sub) -> None:
         "run", help="run TOML file ([model], [training], [system], [[system.tiers]], [strategy])"
     )
     e.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_set_argument(e)
     e.set_defaults(func=_cmd_evaluate)
     pr = sub.add_parser("presets", help="list the catalog's presets")
     pr.add_argument("kind", nargs="?", choices=list(PRESET_KINDS))

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from codesign.cli._args import positive_int
+from codesign.cli._args import add_set_argument, positive_int
 from codesign.cli._describe import (
     _describe_design,
     _describe_problem,
@@ -170,7 +170,7 @@ def _cmd_optimize(args) -> int:
     _setup_jax(args)
     from codesign.search import Settings, choose_method, load_problem, solve
 
-    pb = load_problem(args.problem)
+    pb = load_problem(args.problem, args.set)
     # A command runs its search once: compile it for a fast start (fast_compile), not for
     # the fastest steps.
     settings = Settings(
@@ -252,7 +252,7 @@ def _cmd_sweep(args, pb=None, command: str = "sweep", method_line: str = "") -> 
 
     if pb is None:
         _setup_jax(args)
-        pb = load_problem(args.problem)
+        pb = load_problem(args.problem, args.set)
     t0 = time.perf_counter()
     res = distributed_sweep(
         pb, top_k=args.top_k, progress=_show_progress(args), distributed=args.distributed
@@ -316,6 +316,7 @@ def _common_args(p) -> None:
         help="write the chosen design as a run file that `codesign evaluate` reproduces",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_set_argument(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
         "--distributed",

@@ -19,6 +19,8 @@ import math
 import tomllib
 from pathlib import Path
 
+from codesign.cli._args import add_set_argument
+
 __all__ = ["register"]
 
 _SHORT = {
@@ -216,7 +218,7 @@ def _cmd_sensitivity(args) -> int:
     if _is_problem(args.file):
         from codesign.search import load_problem
 
-        pb = load_problem(args.file)
+        pb = load_problem(args.file, args.set)
         if args.objective:
             kw["target_objective"] = args.objective
         s = sensitivity_of_problem(pb, reoptimize=args.reoptimize, objective=args.objective, **kw)
@@ -224,7 +226,7 @@ def _cmd_sensitivity(args) -> int:
     else:
         from codesign.config import load_run
 
-        cfg = load_run(args.file)
+        cfg = load_run(args.file, args.set)
         obj = args.objective or default_objective(cfg)
         s = sensitivity(
             cfg,
@@ -268,6 +270,7 @@ def register(subparsers) -> None:
         help="elasticities, bottleneck, what it would take, envelope and shadow prices",
     )
     p.add_argument("file", help="a run file (its design point) or a problem file (its optimum)")
+    add_set_argument(p)
     p.add_argument("--json", action="store_true", help="print the analysis as JSON")
     p.add_argument("--plot", metavar="OUT.png", default=None, help="a tornado chart")
     p.add_argument(

@@ -103,6 +103,7 @@ from pathlib import Path
 
 import numpy as np
 
+from codesign._overrides import apply_sets
 from codesign.config import load_run_dict, read_toml
 from codesign.rules import CONSTRAINTS, derive_dp
 from codesign.search._grid import platform_of, set_leaf, specs_of
@@ -465,6 +466,7 @@ def load_problem_dict(doc: dict, name: str = "problem") -> Problem:
     )
 
 
-def load_problem(path: str | os.PathLike) -> Problem:
-    """Parse a problem TOML file."""
-    return load_problem_dict(read_toml(path, "problem"), name=Path(path).stem)
+def load_problem(path: str | os.PathLike, sets=()) -> Problem:
+    """Parse a problem TOML file, with the ``KEY=VALUE`` overrides ``sets`` applied first
+    (:func:`codesign._overrides.apply_sets`)."""
+    return load_problem_dict(apply_sets(read_toml(path, "problem"), sets), name=Path(path).stem)
