@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 
+from codesign.cli._args import add_set_argument
+
 __all__ = ["register"]
 
 
 def _cmd_sites(args) -> int:
     from codesign import sites
 
-    job = sites.load_sites(args.job)
+    job = sites.load_sites(args.job, args.set)
     info = None
     if args.balance:
         job, info = sites.balance(job)
@@ -51,4 +53,5 @@ def register(sub) -> None:
         "waits more than it must, over every valid split",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
+    add_set_argument(p)
     p.set_defaults(func=_cmd_sites)

@@ -128,13 +128,15 @@ def load_sites_dict(doc: dict, check: bool = True) -> Sites:
     return job
 
 
-def load_sites(path) -> Sites:
+def load_sites(path, sets=()) -> Sites:
     """A :class:`~codesign.sites.Sites` job from a TOML file (:func:`load_sites_dict`'s keys
     as top-level tables: ``[model]``, ``[training]``, ``[link]``, ``across``, ``schedule``
-    and ``[[sites]]`` with ``[sites.strategy]``, ``[[sites.tiers]]``)."""
+    and ``[[sites]]`` with ``[sites.strategy]``, ``[[sites.tiers]]``), with the ``KEY=VALUE``
+    overrides ``sets`` applied first (:func:`codesign._overrides.apply_sets`)."""
+    from codesign._overrides import apply_sets
     from codesign.config import read_toml
 
-    doc = read_toml(path, "sites file")
+    doc = apply_sets(read_toml(path, "sites file"), sets)
     doc.pop("title", None)
     doc.pop("description", None)
     return load_sites_dict(doc)
