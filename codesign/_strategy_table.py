@@ -96,8 +96,10 @@ def _derived_dp(kw: dict, num_accelerators: float | None) -> float:
     :class:`SpecError` naming the degrees when it is not a positive whole number."""
     if num_accelerators is None:
         raise SpecError("strategy.dp", None, "required (no system.num_accelerators to derive it)")
+    for k in ("tp", "pp", "cp"):  # a bad degree is named as itself, not as dp
+        positive(f"strategy.{k}", kw.get(k, 1.0), integer=True)
     shards = kw["tp"] * kw["pp"] * kw.get("cp", 1.0)
-    dp = num_accelerators / shards if shards > 0 else 0.0
+    dp = num_accelerators / shards
     if dp < 1 or abs(dp - round(dp)) > 1e-9:
         raise SpecError(
             "strategy.dp",

@@ -468,6 +468,9 @@ def test_strategy_degrees_default_as_megatron_derives_them():
     assert (float(st.tp), float(st.pp), float(st.dp)) == (1.0, 1.0, 64.0)
     with pytest.raises(cd.SpecError, match="strategy.tp\\*pp\\*dp\\*cp"):
         cd.load_run_dict(small_doc(dp=8))
+    bare["strategy"] = {"tp": 0}
+    with pytest.raises(cd.SpecError, match="strategy.tp = 0"):
+        cd.load_run_dict(bare)
 
 
 def test_system_tier_shorthand_replaces_the_presets_default_tiers():
