@@ -33,7 +33,7 @@ PY
 CHECKS=(
   "--help|evaluate|sweep|optimize|sites|validate"
   "presets accelerators|h100-sxm5-80gb"
-  "evaluate run.toml|step time|memory/accelerator|capex"
+  "evaluate run.toml --set strategy.microbatch=2|step time|memory/accelerator|capex|microbatch=2"
   "sites sites.toml --balance|balance loss|balanced over"
   "sweep problem.toml --no-progress|exact optimum of the grid|exact evaluations  1,152"
   "optimize problem.toml --no-progress --steps 30 --starts 4 --method relaxed|relaxed objective|exact evaluations"
