@@ -55,21 +55,22 @@ def apply_sets(doc: dict, sets) -> dict:
             path.append(name)
             where = ".".join(path)
             last = i == len(parts) - 1
-            if index is None:
-                if last:
-                    node[name] = _value(text)
-                else:
-                    node = node.setdefault(name, {})
-                continue
-            arr = node.get(name)
-            n = len(arr) if isinstance(arr, list) else 0
-            if not (isinstance(arr, list) and int(index) < n):
-                have = f"{n} table(s)" if n else "none"
-                raise SpecError(
-                    "--set", item, f"a key into an existing array of tables ({where} has {have})"
-                )
+            if index is None:  # a key of a table (created where missing)
+                holder, slot = node, name
+                if not last:
+                    node.setdefault(name, {})
+            else:  # a table of an existing array of tables
+                holder, slot = node.get(name), int(index)
+                n = len(holder) if isinstance(holder, list) else 0
+                if slot >= n:
+                    have = f"{n} table(s)" if n else "none"
+                    raise SpecError(
+                        "--set",
+                        item,
+                        f"a key into an existing array of tables ({where} has {have})",
+                    )
             if last:
-                arr[int(index)] = _value(text)
+                holder[slot] = _value(text)
             else:
-                node = arr[int(index)]
+                node = holder[slot]
     return out

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from codesign._catalog import _number
+from codesign.rules import derive_dp
 from codesign.specs import (
     DEFAULT_PLACEMENT,
     Model,
@@ -15,6 +18,9 @@ from codesign.specs import (
 )
 
 __all__ = ["STRATEGY_FLAGS", "STRATEGY_NUMBERS"]
+
+DEGREES = ("tp", "pp", "cp")
+"""The degrees that ``dp`` is derived from (a bad one is named as itself, not as ``dp``)."""
 
 STRATEGY_FLAGS = (  # [strategy] keys that are true/false
     "sequence_parallel",
@@ -96,16 +102,13 @@ def _derived_dp(kw: dict, num_accelerators: float | None) -> float:
     :class:`SpecError` naming the degrees when it is not a positive whole number."""
     if num_accelerators is None:
         raise SpecError("strategy.dp", None, "required (no system.num_accelerators to derive it)")
-    for k in ("tp", "pp", "cp"):  # a bad degree is named as itself, not as dp
-        positive(f"strategy.{k}", kw.get(k, 1.0), integer=True)
-    shards = kw["tp"] * kw["pp"] * kw.get("cp", 1.0)
-    dp = num_accelerators / shards
-    if dp < 1 or abs(dp - round(dp)) > 1e-9:
+    tp, pp, cp = (positive(f"strategy.{k}", kw.get(k, 1.0), integer=True) for k in DEGREES)
+    dp = float(derive_dp(num_accelerators, tp, pp, cp, np))
+    if dp < 1 or tp * pp * dp * cp != num_accelerators:
         raise SpecError(
             "strategy.dp",
-            f"{num_accelerators:g} / (tp {kw['tp']:g} x pp {kw['pp']:g} x cp "
-            f"{kw.get('cp', 1.0):g})",
+            f"{num_accelerators:g} / (tp {tp:g} x pp {pp:g} x cp {cp:g})",
             "a whole number >= 1: give dp, or tp, pp and cp whose product divides "
             "system.num_accelerators",
         )
-    return float(round(dp))
+    return dp

@@ -157,8 +157,8 @@ class Rule:
 
 
 def _domain_hint(sy) -> str:
-    """``; e.g. domain = d``: the largest divisor of the accelerator count within the listed
-    domain (the part of each rack a job uses, as 64 of an NVL72's 72 GPUs for 256 GPUs)."""
+    """``; e.g. system.scale_up_domain = d ...``: ``d`` the largest divisor of the accelerator
+    count within the listed domain (the part of each rack a job uses, as 64 of an NVL72's 72 GPUs for 256 GPUs)."""
     n, dom = int(sy.num_accelerators), int(sy.tiers[0].domain)
     if n < 1 or not 1 <= dom <= 100_000 or n != float(sy.num_accelerators):
         return ""
