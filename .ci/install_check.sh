@@ -58,22 +58,38 @@ if [[ "$where" != "$VENV"/* || "$version" != "$want_version" ]]; then
 fi
 echo "installed: codesign $version at $where"
 
-status=0
-for check in "${CHECKS[@]}"; do
-  IFS='|' read -r -a parts <<<"$check"
+# The checks run JOBS at a time (default 2, this machine's cores: most of each is one thread
+# compiling), longest first; each prints its line in order once all are done.
+check() {  # check INDEX: run CHECKS[INDEX], write its result line to result_INDEX.txt
+  local i=$1 t=$SECONDS rc word
+  local -a parts args missing=()
+  IFS='|' read -r -a parts <<<"${CHECKS[$i]}"
   read -r -a args <<<"${parts[0]}"
-  t=$SECONDS
-  if "$VENV/bin/codesign" "${args[@]}" >out.txt 2>err.txt; then rc=0; else rc=$?; fi
-  missing=()
+  if "$VENV/bin/codesign" "${args[@]}" >"out_$i.txt" 2>"err_$i.txt"; then rc=0; else rc=$?; fi
   for word in "${parts[@]:1}"; do
-    grep -qF -- "$word" out.txt || missing+=("$word")
+    grep -qF -- "$word" "out_$i.txt" || missing+=("$word")
   done
   if [[ $rc -eq 0 && ${#missing[@]} -eq 0 ]]; then
-    echo "ok    codesign ${parts[0]}  ($((SECONDS - t)) s)"
+    echo "ok    codesign ${parts[0]}  ($((SECONDS - t)) s)" >"result_$i.txt"
+  else
+    echo "FAIL  codesign ${parts[0]}  (exit $rc; missing from the output: ${missing[*]:-none})" \
+      >"result_$i.txt"
+  fi
+}
+JOBS="${JOBS:-2}"
+for ((i = ${#CHECKS[@]} - 1; i >= 0; i--)); do
+  while (($(jobs -rp | wc -l) >= JOBS)); do wait -n || true; done
+  check "$i" &
+done
+wait
+status=0
+for i in "${!CHECKS[@]}"; do
+  if [[ "$(cat "result_$i.txt")" == ok* ]]; then
+    cat "result_$i.txt"
   else
     status=1
-    echo "FAIL  codesign ${parts[0]}  (exit $rc; missing from the output: ${missing[*]:-none})" >&2
-    tail -n 20 out.txt err.txt >&2
+    cat "result_$i.txt" >&2
+    tail -n 20 "out_$i.txt" "err_$i.txt" >&2
   fi
 done
 echo "install check: $((SECONDS - t0)) s in all"
