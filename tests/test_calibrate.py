@@ -164,7 +164,7 @@ def test_an_fp8_row_s_16_bit_gemm_max_is_its_16_bit_label_s_value(synthetic):
     only8 = np.array([0.0] * 4 + [1.0] * 4)
     g = {**groups, "gemm_max": ["a100/x"] * 4 + ["h100-fp8/x"] * 4}
     g["gemm_max_16bit"] = [None] * 4 + ["h100/x"] * 4
-    fit = calibrate(rows, t, cd.Efficiency(), ["gemm_max"], g, steps=50, weights=only8)
+    fit = calibrate(rows, t, cd.Efficiency(), ["gemm_max"], g, steps=400, weights=only8, prior=0.0)
     assert "a100/x" not in fit.values["gemm_max"]  # no fitted 16-bit label: the row's own
     assert resolved_groups(g, fit.values)["gemm_max_16bit"] == [None] * 8
 
