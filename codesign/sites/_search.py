@@ -39,16 +39,18 @@ def strategy_grid(
 
 
 def _site_strategy(job: Sites, i: int, table: dict):
-    """Site ``i``'s :class:`~codesign.specs.Strategy` from a table (``dp`` derived), or None
-    when the degrees do not divide its accelerator count."""
+    """Site ``i``'s :class:`~codesign.specs.Strategy` from a table (``dp`` derived from its
+    accelerator count, a ``dp`` of the table ignored), or None when the degrees do not divide
+    that count."""
     from codesign._strategy_table import _parse_strategy
 
-    n = float(job.sites[i].system.num_accelerators)
-    cp = float(table.get("cp", 1))
-    dp = n / (float(table["tp"]) * float(table["pp"]) * cp)
-    if dp < 1 or dp != math.floor(dp):
-        return None
-    return _parse_strategy(dict(table, dp=int(dp)), job.model)
+    table = {k: v for k, v in table.items() if k != "dp"}
+    try:
+        return _parse_strategy(table, job.model, float(job.sites[i].system.num_accelerators))
+    except SpecError as e:
+        if e.field == "strategy.dp":  # no whole dp: not a layout of this site
+            return None
+        raise
 
 
 def best_strategies(
