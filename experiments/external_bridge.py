@@ -38,7 +38,11 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import codesign as cd  # noqa: E402
-from codesign.calibration import layout_median_gaps, same_layout_groups  # noqa: E402
+from codesign.calibration import (  # noqa: E402
+    layout_median_gaps,
+    same_layout_groups,
+    same_layout_systems,
+)
 from codesign.calibration._bridge import bridge_key  # noqa: E402
 from codesign.calibration._rows import (  # noqa: E402
     BRIDGE_DATA_PATH,
@@ -46,6 +50,7 @@ from codesign.calibration._rows import (  # noqa: E402
     load_rows,
     measured_step_time,
 )
+from codesign.compute import peak_flops  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "experiments" / "data" / "megatron_bridge_2026_external.json"
@@ -188,6 +193,7 @@ def evaluate_rows(rows: list[dict]) -> list[dict]:
         pred = float(r.step_time_s)
         rec.update(
             predicted_s=pred,
+            peak_tflops=float(peak_flops(cfg.system, cfg.training.precision)) / 1e12,
             error_pct=100.0 * (pred - t_meas) / t_meas,
             fits=bool(r.fits),
             notes=notes,
@@ -243,6 +249,65 @@ def release_floor(rows: list[dict], recs: list[dict]) -> dict:
         "model_mape_pct": statistics.mean(model) if model else float("nan"),
         "median_spread_pct": 100.0 * statistics.median(g[0] for g in table) if table else 0.0,
     }
+
+
+def system_speedups(rows: list[dict], recs: list[dict]) -> list[dict]:
+    """One layout in one release on several systems: measured speed-ups against the model's.
+
+    ``rows``: the external rows; ``recs``: their predictions (:func:`evaluate_rows`).  Groups by
+    :func:`codesign.calibration.same_layout_systems`; per pair of systems (``a`` before ``b`` in
+    the system's name order) the step time of ``a`` over that of ``b`` as measured, as
+    predicted with the shipped presets, and the ratio of the two accelerators' peak FLOP/s at
+    the run's number format (the catalog's, via the mapped run).  Returns one dict per pair
+    of systems: ``a``, ``b``, ``layouts`` (count), ``measured``, ``model`` and ``peak`` (the
+    per-layout ratios)."""
+    rec = {r["id"]: r for r in recs if "predicted_s" in r}
+    out: dict[tuple[str, str], dict] = {}
+    for members in same_layout_systems(rows):
+        ok = sorted((rec[i]["system"], rec[i]) for i, _, _ in members if i in rec)
+        for k, (sa, ra) in enumerate(ok):
+            for sb, rb in ok[k + 1 :]:
+                d = out.setdefault(
+                    (sa, sb), {"a": sa, "b": sb, "measured": [], "model": [], "peak": []}
+                )
+                d["measured"].append(ra["measured_s"] / rb["measured_s"])
+                d["model"].append(ra["predicted_s"] / rb["predicted_s"])
+                d["peak"].append(rb["peak_tflops"] / ra["peak_tflops"])
+    for d in out.values():
+        d["layouts"] = len(d["measured"])
+    return sorted(out.values(), key=lambda d: (d["a"], d["b"]))
+
+
+def _speedup_lines(pairs: list[dict]) -> list[str]:
+    if not pairs:
+        return []
+
+    def span(xs) -> str:
+        lo, hi = f"{min(xs):.2f}", f"{max(xs):.2f}"
+        return lo if lo == hi else f"{lo}-{hi} (median {statistics.median(xs):.2f})"
+
+    lines = [
+        "",
+        "## One layout in one release on two systems: measured speed-ups",
+        "",
+        "Rows of one release that ran the same layout (GPU count, model, sequence length, "
+        "number format, batch and parallel degrees; `codesign.calibration.same_layout_systems`) "
+        "on two systems.  Speed-up of the second system over the first: the step time of the "
+        "first over that of the second, as measured, as predicted with the shipped presets "
+        "(fitted on 25.09 and 25.11, GB300 rows included), and as the ratio of the two "
+        "accelerators' catalog peak FLOP/s at the run's number format.  Equal peaks with a "
+        "measured speed-up are what the fit without 25.11 could not predict for GB300 (no GB300 "
+        "row ran in 25.09; `experiments/results/validation.md`).",
+        "",
+        "| systems | layouts | measured | model (presets) | catalog peaks |",
+        "|---|---|---|---|---|",
+    ]
+    for d in pairs:
+        lines.append(
+            f"| {d['b']} over {d['a']} | {d['layouts']} | {span(d['measured'])} | "
+            f"{span(d['model'])} | {span(d['peak'])} |"
+        )
+    return lines
 
 
 def _floor_lines(fl: dict) -> list[str]:
@@ -338,7 +403,9 @@ def _coverage_lines(ok: list[dict]) -> list[str]:
     return out
 
 
-def markdown(recs: list[dict], seconds: float, floor: dict | None = None) -> str:
+def markdown(
+    recs: list[dict], seconds: float, floor: dict | None = None, speedups: list | None = None
+) -> str:
     ok = [r for r in recs if "error_pct" in r]
     skipped = [r for r in recs if "skip" in r]
     lines = [
@@ -395,6 +462,7 @@ def markdown(recs: list[dict], seconds: float, floor: dict | None = None) -> str
     lines += _coverage_lines(ok)
     if floor:
         lines += _floor_lines(floor)
+    lines += _speedup_lines(speedups or [])
     if skipped:
         lines += ["", "Not expressible:", ""]
         lines += [f"- {r['id']}: {r['skip']}" for r in skipped]
@@ -421,10 +489,11 @@ def main(argv=None) -> int:
     external = load_rows(DATA)
     recs = evaluate_rows(external)
     floor = release_floor(load_rows(BRIDGE_DATA_PATH) + external, recs)
+    speedups = system_speedups(external, recs)
     seconds = time.perf_counter() - t0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    md = markdown(recs, seconds, floor)
+    md = markdown(recs, seconds, floor, speedups)
     (out / "external_bridge.md").write_text(md)
     (out / "external_bridge.json").write_text(json.dumps(recs, indent=1) + "\n")
     print("\n".join(md.splitlines()[8:20]))

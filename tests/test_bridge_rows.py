@@ -301,3 +301,53 @@ def test_same_layout_groups_join_releases_of_one_layout():
         if {cs, mx} <= {i for i, _, _ in g}
     ]
     assert len(together) == 1 and not apart
+
+
+def test_same_layout_systems_join_systems_of_one_release_and_layout():
+    """One layout run in one release on several systems forms one group (systems sorted, step
+    times as measured, everything but the system equal); the external releases' pairs give the
+    speed-ups of ``external_bridge.system_speedups``: measured ratios as the rows give them, and
+    a model that predicts every row exactly reproduces them."""
+    from pathlib import Path
+
+    from conftest import experiment_module
+
+    from codesign.calibration import same_layout_systems
+    from codesign.calibration._dataset import _layout_key
+
+    ext = load_rows(
+        Path(__file__).resolve().parents[1] / "experiments/data/megatron_bridge_2026_external.json"
+    )
+    by_id = {r["id"]: r for r in load_rows(BRIDGE_DATA_PATH) + ext}
+    groups = same_layout_systems(list(by_id.values()))
+    assert groups
+    for members in groups:
+        assert len({s for _, s, _ in members}) > 1
+        assert [s for _, s, _ in members] == sorted(s for _, s, _ in members)
+        assert len({i.split("_")[1] for i, _, _ in members}) == 1  # one release
+        keys = {_layout_key(by_id[i], True)[1:] for i, _, _ in members}
+        assert len(keys) == 1
+        for row_id, system, t in members:
+            assert _layout_key(by_id[row_id], True)[0] == system
+            assert t == pytest.approx(measured_step_time(by_id[row_id])[0])
+    eb = experiment_module("external_bridge")
+    recs = [
+        {
+            "id": r["id"],
+            "system": r["id"].split("_")[2].removeprefix("DGX-"),
+            "measured_s": measured_step_time(r)[0],
+            "predicted_s": 2.0 * measured_step_time(r)[0],
+            "peak_tflops": 5000.0 if "GB" in r["id"] else 4500.0,
+        }
+        for r in ext
+    ]
+    pairs = {(d["a"], d["b"]): d for d in eb.system_speedups(ext, recs)}
+    gb = pairs[("GB200", "GB300")]
+    assert gb["layouts"] == len(gb["measured"]) > 0
+    assert gb["model"] == pytest.approx(gb["measured"]) and set(gb["peak"]) == {1.0}
+    assert pairs[("B200", "GB200")]["peak"] == pytest.approx(
+        [5000.0 / 4500.0] * pairs[("B200", "GB200")]["layouts"]
+    )
+    assert sum(d["layouts"] for d in pairs.values()) == sum(
+        len(g) * (len(g) - 1) // 2 for g in same_layout_systems(ext)
+    )

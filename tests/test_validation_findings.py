@@ -345,6 +345,66 @@ def test_container_target_is_split_by_borrowed_values(res, facts):
     assert sum(n for _, n in c.labels) >= len(bor)
 
 
+def test_container_systems_finding_is_recomputed_from_the_raw_rows(rows, res, facts):
+    """The systems finding, recomputed from the raw rows and the catalog: the held-out
+    Blackwell rows of a system no 25.09 row ran (GB300), what the other rows would need for
+    the container target, and each same-layout pair's measured and catalog speed-ups."""
+    from codesign._catalog import catalog
+    from codesign.calibration import same_layout_systems
+    from codesign.calibration._rows import measured_step_time
+    from codesign.calibration._tables import CONTAINER_TARGET_PCT
+
+    assert res["same_layout_systems"] == [[list(m) for m in g] for g in same_layout_systems(rows)]
+    sp, full = _split(res, "container"), _split(res, "all")
+    idx = {p["id"]: i for i, p in enumerate(res["points"])}
+    seen_09 = {r["id"].split("_")[2] for r in rows if r["id"].startswith("mbridge_25.09")}
+    new, rest, rest_fit = [], [], []
+    for r in rows:
+        i = idx.get(r["id"])
+        if i is None or not r["id"].startswith("mbridge_25.11"):
+            continue
+        p = res["points"][i]
+        if p["excluded"] is not None or not p["generation"].startswith("blackwell"):
+            continue
+        t = measured_step_time(r)[0]
+        err = abs(sp["after_s"][i] / t - 1.0) * 100
+        if r["id"].split("_")[2] in seen_09:
+            rest.append(err)
+            rest_fit.append(abs(full["after_s"][i] / t - 1.0) * 100)
+        else:
+            assert "DGX-GB300" in r["id"]
+            new.append(err)
+    f = facts.systems
+    ((system, st),) = f.unseen
+    assert system == "gb300" and st.rows == len(new) and np.isclose(st.mape_pct, np.mean(new))
+    n = len(new) + len(rest)
+    assert f.rows == n and f.rest_rows == len(rest)
+    assert np.isclose(f.rest_needed_pct, (CONTAINER_TARGET_PCT * n - sum(new)) / len(rest))
+    assert np.isclose(f.rest_fitted_pct, np.mean(rest_fit))
+    text = f.sentence()
+    assert f"gb300: {len(new)} rows, MAPE {np.mean(new):.1f} %" in text
+    assert f"would need a mean error of {f.rest_needed_pct:.1f} %" in text
+    assert ("cannot be met" in text) == (f.rest_fitted_pct > f.rest_needed_pct)
+    by_id = {r["id"]: r for r in rows}
+    peak = {n_: catalog()["accelerators"][n_]["peak_tflops_fp8"] for n_ in ("gb200", "gb300")}
+    pairs = {(p.system_a, p.system_b, p.release, p.model, round(p.measured, 9)) for p in f.pairs}
+    checked = 0
+    for g in same_layout_systems(rows):
+        for k, (a, sa, _) in enumerate(g):
+            for b, sb, _ in g[k + 1 :]:
+                ta, tb = measured_step_time(by_id[a])[0], measured_step_time(by_id[b])[0]
+                model = by_id[a]["model"]["name"]
+                key = (sa, sb, a.split("_")[1], model, round(ta / tb, 9))
+                assert key in pairs
+                checked += 1
+    assert checked == len(f.pairs) > 0
+    gb = [p for p in f.pairs if (p.system_a, p.system_b) == ("dgx_gb200", "dgx_gb300")]
+    fam = {p.peak for p in gb}
+    # GB200 and GB300 print the same dense FP8 peak, so the catalog gives no speed-up
+    assert fam == {peak["gb300"] / peak["gb200"]} == {1.0}
+    assert all(p.measured > 1.0 for p in gb) and max(p.measured for p in gb) > 1.15
+
+
 def test_container_twins_are_the_rows_with_a_25_09_run_of_their_layout(rows, res, facts):
     """The container finding's twin figures, recomputed from the raw rows: the held-out
     Blackwell rows whose layout (same system, model, number format, batch and degrees) also

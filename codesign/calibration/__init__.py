@@ -24,6 +24,7 @@ from codesign.calibration._dataset import (
     contradictions,
     layout_median_gaps,
     same_layout_groups,
+    same_layout_systems,
 )
 from codesign.calibration._findings import Findings, compute_findings, findings
 from codesign.calibration._fit import Calibration, calibrate, predict_step_times
@@ -66,4 +67,5 @@ __all__ = [
     "run_ablation",
     "run_validation",
     "same_layout_groups",
+    "same_layout_systems",
 ]

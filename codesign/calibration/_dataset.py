@@ -31,6 +31,7 @@ __all__ = [
     "layout_median_gaps",
     "make_splits",
     "same_layout_groups",
+    "same_layout_systems",
     "source_weights",
 ]
 
@@ -102,6 +103,39 @@ def same_layout_groups(rows: list[dict], exact_precision: bool = False) -> list[
             release = row["id"].split("_")[1]
             key = _layout_key(row, exact_precision)
             groups.setdefault(key, []).append((row["id"], release, float(t)))
+    return [
+        sorted(members, key=lambda m: m[1])
+        for members in groups.values()
+        if len({m[1] for m in members}) > 1
+    ]
+
+
+def same_layout_systems(rows: list[dict], exact_precision: bool = True) -> list[list[tuple]]:
+    """Megatron-Bridge rows of one container release that ran one layout on several systems.
+
+    Groups the rows by release and by :func:`_layout_key` without its system (GPU count,
+    model, sequence length, number format, global and micro-batch, every parallel degree) and
+    returns each group that holds more than one system, as ``[(row id, system, measured step
+    time s), ...]`` sorted by system.  Such a group is one job under one software release on
+    different hardware: the ratio of its step times is the measured speed-up of one system over
+    the other, which a model that knows only the systems' published specifications must
+    produce from those specifications (see :func:`same_layout_groups` for one system across
+    releases).
+
+    >>> from codesign.calibration import load_all_rows
+    >>> groups = same_layout_systems(load_all_rows())
+    >>> [(s, round(t, 2)) for g in groups for _, s, t in g if "LLAMA3_70B" in g[0][0]]
+    [('dgx_gb200', 7.6), ('dgx_gb300', 7.25)]
+    """
+    groups: dict[tuple, list[tuple[str, str, float]]] = {}
+    for row in rows:
+        if not is_bridge_row(row):
+            continue
+        t, _ = measured_step_time(row)
+        if t:
+            system, *rest = _layout_key(row, exact_precision)
+            key = (row["id"].split("_")[1], *rest)
+            groups.setdefault(key, []).append((row["id"], system, float(t)))
     return [
         sorted(members, key=lambda m: m[1])
         for members in groups.values()
@@ -222,7 +256,14 @@ def build_dataset(rows: list[dict], recipe_facts: bool = True) -> dict:
             }
         )
     same = [[list(m) for m in g] for g in same_layout_groups(rows, exact_precision=True)]
-    return {"points": points, "ranges": ranges, "skipped": skipped, "same_layout": same}
+    systems = [[list(m) for m in g] for g in same_layout_systems(rows)]
+    return {
+        "points": points,
+        "ranges": ranges,
+        "skipped": skipped,
+        "same_layout": same,
+        "same_layout_systems": systems,
+    }
 
 
 def make_splits(

@@ -40,6 +40,7 @@ from codesign.calibration._stats import (
     weakly_identified,
     zero3_rows,
 )
+from codesign.calibration._systems import SystemsFinding, systems_finding
 from codesign.calibration._tables import (
     CONTAINER_TARGET_PCT,
     blackwell_bridge,
@@ -401,6 +402,7 @@ class Findings:
     weak_values: WeakValuesFinding | None
     unidentified: UnidentifiedFinding | None = None
     container: ContainerFinding | None = None
+    systems: SystemsFinding | None = None
 
     def sentences(self) -> list[str]:
         parts = (
@@ -410,6 +412,7 @@ class Findings:
             self.generation,
             self.zero3,
             self.container,
+            self.systems,
             self.contradicted,
             self.weak_values,
             self.unidentified,
@@ -430,6 +433,7 @@ def compute_findings(res: dict) -> Findings:
         zero3=_zero3(res),
         contradicted=_contradicted(res),
         container=_container(res),
+        systems=systems_finding(res),
         weak_values=WeakValuesFinding(tuple(weak)) if weak else None,
         unidentified=UnidentifiedFinding(tuple(unmoved)) if unmoved else None,
     )

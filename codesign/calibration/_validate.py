@@ -195,6 +195,7 @@ def run_validation(
         "ranges": range_rows,
         "skipped": dataset["skipped"],
         "same_layout": dataset.get("same_layout", []),
+        "same_layout_systems": dataset.get("same_layout_systems", []),
         "_dataset": dataset,
     }
 
