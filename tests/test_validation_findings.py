@@ -345,6 +345,19 @@ def test_container_target_is_split_by_borrowed_values(res, facts):
     assert sum(n for _, n in c.labels) >= len(bor)
 
 
+def _container_target_rows(rows, res):
+    """``(raw row, point index)`` of the container target's rows: the fitted (not excluded)
+    25.11 Megatron-Bridge rows on a Blackwell generation, found from the raw rows."""
+    idx = {p["id"]: i for i, p in enumerate(res["points"])}
+    for r in rows:
+        i = idx.get(r["id"])
+        if i is None or not r["id"].startswith("mbridge_25.11"):
+            continue
+        p = res["points"][i]
+        if p["excluded"] is None and p["generation"].startswith("blackwell"):
+            yield r, i
+
+
 def test_container_systems_finding_is_recomputed_from_the_raw_rows(rows, res, facts):
     """The systems finding, recomputed from the raw rows and the catalog: the held-out
     Blackwell rows of a system no 25.09 row ran (GB300), what the other rows would need for
@@ -356,16 +369,9 @@ def test_container_systems_finding_is_recomputed_from_the_raw_rows(rows, res, fa
 
     assert res["same_layout_systems"] == [[list(m) for m in g] for g in same_layout_systems(rows)]
     sp, full = _split(res, "container"), _split(res, "all")
-    idx = {p["id"]: i for i, p in enumerate(res["points"])}
     seen_09 = {r["id"].split("_")[2] for r in rows if r["id"].startswith("mbridge_25.09")}
     new, rest, rest_fit = [], [], []
-    for r in rows:
-        i = idx.get(r["id"])
-        if i is None or not r["id"].startswith("mbridge_25.11"):
-            continue
-        p = res["points"][i]
-        if p["excluded"] is not None or not p["generation"].startswith("blackwell"):
-            continue
+    for r, i in _container_target_rows(rows, res):
         t = measured_step_time(r)[0]
         err = abs(sp["after_s"][i] / t - 1.0) * 100
         if r["id"].split("_")[2] in seen_09:
@@ -418,15 +424,8 @@ def test_container_twins_are_the_rows_with_a_25_09_run_of_their_layout(rows, res
     ]
     sp = _split(res, "container")
     by_id = {r["id"]: r for r in rows}
-    idx = {p["id"]: i for i, p in enumerate(res["points"])}
     errs, floor = [], []
-    for r in rows:
-        i = idx.get(r["id"])
-        if i is None or not r["id"].startswith("mbridge_25.11"):
-            continue
-        p = res["points"][i]
-        if p["excluded"] is not None or not p["generation"].startswith("blackwell"):
-            continue
+    for r, i in _container_target_rows(rows, res):
         twins = [
             q
             for q in rows

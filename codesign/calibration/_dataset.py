@@ -94,20 +94,7 @@ def same_layout_groups(rows: list[dict], exact_precision: bool = False) -> list[
     not seen (see :func:`contradictions`, which keeps the pairs more than 1.5x apart out of
     the fit).
     """
-    groups: dict[tuple, list[tuple[str, str, float]]] = {}
-    for row in rows:
-        if not is_bridge_row(row):
-            continue
-        t, _ = measured_step_time(row)
-        if t:
-            release = row["id"].split("_")[1]
-            key = _layout_key(row, exact_precision)
-            groups.setdefault(key, []).append((row["id"], release, float(t)))
-    return [
-        sorted(members, key=lambda m: m[1])
-        for members in groups.values()
-        if len({m[1] for m in members}) > 1
-    ]
+    return _groups_apart(rows, exact_precision, "release")
 
 
 def same_layout_systems(rows: list[dict], exact_precision: bool = True) -> list[list[tuple]]:
@@ -127,6 +114,14 @@ def same_layout_systems(rows: list[dict], exact_precision: bool = True) -> list[
     >>> [(s, round(t, 2)) for g in groups for _, s, t in g if "LLAMA3_70B" in g[0][0]]
     [('dgx_gb200', 7.6), ('dgx_gb300', 7.25)]
     """
+    return _groups_apart(rows, exact_precision, "system")
+
+
+def _groups_apart(rows: list[dict], exact_precision: bool, apart: str) -> list[list[tuple]]:
+    """The Megatron-Bridge rows with a measured step time grouped by release and
+    :func:`_layout_key`, all but ``apart`` (``"release"`` or ``"system"``), which labels the
+    members: each group with more than one label, as ``[(row id, label, step time s), ...]``
+    sorted by label."""
     groups: dict[tuple, list[tuple[str, str, float]]] = {}
     for row in rows:
         if not is_bridge_row(row):
@@ -134,8 +129,11 @@ def same_layout_systems(rows: list[dict], exact_precision: bool = True) -> list[
         t, _ = measured_step_time(row)
         if t:
             system, *rest = _layout_key(row, exact_precision)
-            key = (row["id"].split("_")[1], *rest)
-            groups.setdefault(key, []).append((row["id"], system, float(t)))
+            release = row["id"].split("_")[1]
+            key, label = (
+                ((system, *rest), release) if apart == "release" else ((release, *rest), system)
+            )
+            groups.setdefault(key, []).append((row["id"], label, float(t)))
     return [
         sorted(members, key=lambda m: m[1])
         for members in groups.values()
