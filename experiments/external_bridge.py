@@ -31,6 +31,7 @@ import re
 import statistics
 import sys
 import time
+from itertools import combinations
 from pathlib import Path
 
 import jax
@@ -265,14 +266,13 @@ def system_speedups(rows: list[dict], recs: list[dict]) -> list[dict]:
     out: dict[tuple[str, str], dict] = {}
     for members in same_layout_systems(rows):
         ok = sorted((rec[i]["system"], rec[i]) for i, _, _ in members if i in rec)
-        for k, (sa, ra) in enumerate(ok):
-            for sb, rb in ok[k + 1 :]:
-                d = out.setdefault(
-                    (sa, sb), {"a": sa, "b": sb, "measured": [], "model": [], "peak": []}
-                )
-                d["measured"].append(ra["measured_s"] / rb["measured_s"])
-                d["model"].append(ra["predicted_s"] / rb["predicted_s"])
-                d["peak"].append(rb["peak_tflops"] / ra["peak_tflops"])
+        for (sa, ra), (sb, rb) in combinations(ok, 2):
+            d = out.setdefault(
+                (sa, sb), {"a": sa, "b": sb, "measured": [], "model": [], "peak": []}
+            )
+            d["measured"].append(ra["measured_s"] / rb["measured_s"])
+            d["model"].append(ra["predicted_s"] / rb["predicted_s"])
+            d["peak"].append(rb["peak_tflops"] / ra["peak_tflops"])
     for d in out.values():
         d["layouts"] = len(d["measured"])
     return sorted(out.values(), key=lambda d: (d["a"], d["b"]))

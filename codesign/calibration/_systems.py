@@ -10,6 +10,7 @@ rows on systems without a training row and what the other rows would need for th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import combinations
 
 import numpy as np
 
@@ -55,23 +56,22 @@ def system_pairs(res: dict) -> list[SystemPair]:
         ok = [
             m for m in members if m[0] in index and res["points"][index[m[0]]]["excluded"] is None
         ]
-        for k, (a, sys_a, ta) in enumerate(ok):
-            for b, sys_b, tb in ok[k + 1 :]:
-                ia, ib = index[a], index[b]
-                ca, cb = mapped[a]["config"], mapped[b]["config"]
-                prec = ca.training.precision
-                out.append(
-                    SystemPair(
-                        release=a.split("_")[1],
-                        model=str(mapped[a].get("model")),
-                        system_a=sys_a,
-                        system_b=sys_b,
-                        measured=ta / tb,
-                        held=cont["after_s"][ia] / cont["after_s"][ib],
-                        fitted=full["after_s"][ia] / full["after_s"][ib],
-                        peak=float(peak_flops(cb.system, prec) / peak_flops(ca.system, prec)),
-                    )
+        for (a, sys_a, ta), (b, sys_b, tb) in combinations(ok, 2):
+            ia, ib = index[a], index[b]
+            ca, cb = mapped[a]["config"], mapped[b]["config"]
+            prec = ca.training.precision
+            out.append(
+                SystemPair(
+                    release=a.split("_")[1],
+                    model=str(mapped[a].get("model")),
+                    system_a=sys_a,
+                    system_b=sys_b,
+                    measured=ta / tb,
+                    held=cont["after_s"][ia] / cont["after_s"][ib],
+                    fitted=full["after_s"][ia] / full["after_s"][ib],
+                    peak=float(peak_flops(cb.system, prec) / peak_flops(ca.system, prec)),
                 )
+            )
     return out
 
 
@@ -119,14 +119,14 @@ class SystemsFinding:
         )
 
     def sentence(self) -> str:
-        seen = "; ".join(
+        unseen = "; ".join(
             f"{sys}: {st.rows} rows, MAPE {fmt(st.mape_pct)} % (mean signed "
             f"{fmt(st.mean_signed_pct)} %)"
             for sys, st in self.unseen
         )
         out = (
             "Rows of the container target on a system that no training row of the split ran "
-            f"(its values come from another system's rows and the catalog): {seen}."
+            f"(its values come from another system's rows and the catalog): {unseen}."
         )
         if self.rest_needed_pct is not None:
             out += (
